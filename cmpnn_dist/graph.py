@@ -1,0 +1,185 @@
+"""The in-memory message-passing graph shared by storage, ops, model and training.
+
+A :class:`Graph` is a multi-relational graph in CSR form sorted by *destination*:
+the in-edges of node ``v`` are ``indptr[v]:indptr[v+1]``, with source ``src[e]`` and
+relation ``rel[e]``.  Facts ``(h, r, t)`` are stored as the edge ``h -r-> t`` and, when
+inverse edges are on, the edge ``t -(r+|R|)-> h``; ``num_relations`` counts both
+directions (``2 |R|``).  Within a row, edges are ordered by ``(src, rel)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+@dataclass(eq=False)
+class Graph:
+    """Destination-sorted CSR graph.
+
+    Attributes:
+        num_nodes: |V|.
+        num_relations: number of edge relation ids (2|R| with inverse edges).
+        indptr: int64 [|V|+1], row offsets by destination node.
+        src: int64 [|E|], source node of each edge.
+        rel: int64 [|E|], relation id of each edge.
+    """
+
+    num_nodes: int
+    num_relations: int
+    indptr: Tensor
+    src: Tensor
+    rel: Tensor
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.src.numel())
+
+    @property
+    def device(self) -> torch.device:
+        return self.src.device
+
+    def dst(self) -> Tensor:
+        """int64 [|E|]: destination of each edge (expanded from ``indptr``)."""
+        if "dst" not in self._cache:
+            deg = self.indptr[1:] - self.indptr[:-1]
+            nodes = torch.arange(self.num_nodes, device=self.indptr.device)
+            self._cache["dst"] = torch.repeat_interleave(nodes, deg)
+        return self._cache["dst"]
+
+    def in_degree(self) -> Tensor:
+        """int64 [|V|]: number of in-edges of each node."""
+        return self.indptr[1:] - self.indptr[:-1]
+
+    def to(self, device: torch.device | str) -> Graph:
+        return Graph(
+            self.num_nodes,
+            self.num_relations,
+            self.indptr.to(device),
+            self.src.to(device),
+            self.rel.to(device),
+        )
+
+    # ------------------------------------------------------------------ lookups
+    def _edge_keys(self) -> Tensor:
+        """Sorted int64 keys ``(src * R + rel) * N + dst`` and the edge ids in that order."""
+        if "keys" not in self._cache:
+            keys = (self.src * self.num_relations + self.rel) * self.num_nodes + self.dst()
+            sorted_keys, order = torch.sort(keys)
+            self._cache["keys"] = (sorted_keys, order)
+        return self._cache["keys"]
+
+    def find_edges(self, src: Tensor, rel: Tensor, dst: Tensor) -> Tensor:
+        """Edge ids of every stored edge ``src -rel-> dst`` (parallel edges all returned).
+
+        Args: int64 tensors of equal shape [K].  Returns: int64 [M] edge ids (M >= 0).
+        """
+        sorted_keys, order = self._edge_keys()
+        q = (src * self.num_relations + rel) * self.num_nodes + dst
+        lo = torch.searchsorted(sorted_keys, q, right=False)
+        hi = torch.searchsorted(sorted_keys, q, right=True)
+        counts = hi - lo
+        if int(counts.sum()) == 0:
+            return torch.empty(0, dtype=torch.long, device=self.src.device)
+        starts = torch.repeat_interleave(lo, counts)
+        offsets = torch.arange(int(counts.sum()), device=lo.device) - torch.repeat_interleave(
+            torch.cumsum(counts, 0) - counts, counts
+        )
+        return order[starts + offsets]
+
+    def find_pair_edges(self, a: Tensor, b: Tensor) -> Tensor:
+        """Edge ids of every edge between ``a[i]`` and ``b[i]`` in either direction, any relation."""
+        if "pair_keys" not in self._cache:
+            keys = self.src * self.num_nodes + self.dst()
+            self._cache["pair_keys"] = torch.sort(keys)
+        sorted_keys, order = self._cache["pair_keys"]
+        q = torch.cat([a * self.num_nodes + b, b * self.num_nodes + a])
+        lo = torch.searchsorted(sorted_keys, q, right=False)
+        hi = torch.searchsorted(sorted_keys, q, right=True)
+        counts = hi - lo
+        total = int(counts.sum())
+        if total == 0:
+            return torch.empty(0, dtype=torch.long, device=self.src.device)
+        starts = torch.repeat_interleave(lo, counts)
+        offsets = torch.arange(total, device=lo.device) - torch.repeat_interleave(
+            torch.cumsum(counts, 0) - counts, counts
+        )
+        return order[starts + offsets]
+
+    def query_edge_mask(self, triples: Tensor, mode: str = "query") -> Tensor | None:
+        """Boolean keep-mask [|E|] that removes the edges connecting each query pair.
+
+        Args:
+            triples: int64 [B, 3] facts ``(h, r, t)`` with ``r < num_relations // 2``
+                (original direction), or with inverse ids; both directions are removed.
+            mode: ``none`` (returns None), ``query`` (the fact's edge and its inverse),
+                ``one_hop`` (every edge between h and t, any relation, both directions).
+        """
+        if mode == "none":
+            return None
+        h, r, t = triples[:, 0], triples[:, 1], triples[:, 2]
+        if mode == "query":
+            half = self.num_relations // 2
+            r_fwd = torch.where(r >= half, r - half, r)
+            h_fwd = torch.where(r >= half, t, h)
+            t_fwd = torch.where(r >= half, h, t)
+            ids = torch.cat(
+                [
+                    self.find_edges(h_fwd, r_fwd, t_fwd),
+                    self.find_edges(t_fwd, r_fwd + half, h_fwd),
+                ]
+            )
+        elif mode == "one_hop":
+            ids = self.find_pair_edges(h, t)
+        else:
+            raise ValueError(f"unknown query-edge removal mode {mode!r} (none | query | one_hop)")
+        mask = torch.ones(self.num_edges, dtype=torch.bool, device=self.src.device)
+        mask[ids] = False
+        return mask
+
+
+def build_csr(
+    num_nodes: int, num_relations: int, triples: np.ndarray, add_inverse: bool = True
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Build destination-sorted CSR arrays from facts.
+
+    Args:
+        num_nodes: |V|.
+        num_relations: |R| (original relations, without inverses).
+        triples: int64 [F, 3] facts ``(h, r, t)``.
+        add_inverse: also store ``t -(r+|R|)-> h``.
+
+    Returns:
+        ``(indptr [|V|+1], src [|E|], rel [|E|])`` int64 arrays; rows sorted by (src, rel).
+    """
+    triples = np.asarray(triples, dtype=np.int64).reshape(-1, 3)
+    h, r, t = triples[:, 0], triples[:, 1], triples[:, 2]
+    if add_inverse:
+        src = np.concatenate([h, t])
+        rel = np.concatenate([r, r + num_relations])
+        dst = np.concatenate([t, h])
+    else:
+        src, rel, dst = h, r, t
+    order = np.lexsort((rel, src, dst))
+    src, rel, dst = src[order], rel[order], dst[order]
+    counts = np.bincount(dst, minlength=num_nodes)
+    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    return indptr, src.astype(np.int64), rel.astype(np.int64)
+
+
+def graph_from_triples(
+    num_nodes: int, num_relations: int, triples: np.ndarray | Tensor, add_inverse: bool = True
+) -> Graph:
+    """Convenience constructor for tests and small in-memory graphs."""
+    if isinstance(triples, Tensor):
+        triples = triples.cpu().numpy()
+    indptr, src, rel = build_csr(num_nodes, num_relations, triples, add_inverse)
+    total = num_relations * (2 if add_inverse else 1)
+    return Graph(
+        num_nodes, total, torch.from_numpy(indptr), torch.from_numpy(src), torch.from_numpy(rel)
+    )

@@ -1,0 +1,34 @@
+"""Shared pytest configuration: markers, data paths, small fixtures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--runslow", action="store_true", default=False, help="run tests marked slow")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import torch
+
+    skip_slow = pytest.mark.skip(reason="slow test: pass --runslow to run it")
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is False)")
+    for item in items:
+        if "slow" in item.keywords and not config.getoption("--runslow"):
+            item.add_marker(skip_slow)
+        if "gpu" in item.keywords and not torch.cuda.is_available():
+            item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The read-only reference graphs in ../shared/data; skip when absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"reference data folder {SHARED_DATA} is absent")
+    return SHARED_DATA
