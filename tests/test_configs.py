@@ -1,0 +1,75 @@
+"""Every shipped preset composes against the structured schema; bad keys and values fail."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from cmpnn_dist.cli import UsageError, available_presets, compose_config
+from cmpnn_dist.config import Config
+
+EXPECTED = {
+    "default", "trisqr", "biokg", "hetionet", "wn18rr", "fb15k237",
+    *(f"wn18rr_ind_v{i}" for i in range(1, 5)),
+    *(f"fb237_ind_v{i}" for i in range(1, 5)),
+}
+
+
+def test_every_preset_is_shipped():
+    assert EXPECTED <= set(available_presets())
+
+
+@pytest.mark.parametrize("preset", sorted(EXPECTED))
+def test_preset_composes_to_typed_config(preset):
+    cfg = compose_config(preset, [])
+    assert isinstance(cfg, Config)
+    assert cfg.data.name
+    assert "${" not in str(cfg.data.raw_path)  # interpolations resolved
+
+
+def test_inductive_presets_use_paper_hyperparameters():
+    cfg = compose_config("fb237_ind_v1", [])
+    m, t = cfg.model, cfg.train
+    assert (m.init, m.message, m.aggregate, m.history, m.readout) == (2, 1, "sum", "t", "none")
+    assert (m.num_layers, m.hidden_dim, m.decoder_hidden_dim) == (6, 32, 64)
+    assert (t.lr, t.batch_size, t.num_negatives, t.adversarial_temperature, t.epochs) == (
+        5e-3, 8, 32, 1.0, 20)
+    assert cfg.data.raw_path.endswith("inductive/fb237_v1")
+
+
+def test_overrides_apply_and_are_typed():
+    cfg = compose_config("default", ["model.hidden_dim=16", "train.lr=0.01"])
+    assert cfg.model.hidden_dim == 16 and cfg.train.lr == 0.01
+
+
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("model.no_such_key=1", "no_such_key"),
+        ("train.lr=fast", "train.lr"),
+        ("model.aggregate=median", "model.aggregate"),
+        ("model.message=7", "model.message"),
+        ("train.batch_size=0", "train.batch_size"),
+    ],
+)
+def test_bad_override_names_the_key(override, needle):
+    with pytest.raises(UsageError, match=needle.replace(".", r"\.")):
+        compose_config("default", [override])
+
+
+def test_unknown_preset_lists_choices():
+    with pytest.raises(UsageError, match="unknown preset.*fb237_ind_v1"):
+        compose_config("no_such_preset", [])
+
+
+def test_cli_bad_key_is_one_line_and_nonzero():
+    proc = subprocess.run(
+        [sys.executable, "-m", "cmpnn_dist.train", "model.bogus=3"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "bogus" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout.strip() == ""
