@@ -1,0 +1,280 @@
+"""One message-passing layer on the biokg-scale synthetic graph, every implementation side by side.
+
+Graph: ``synthetic:biokg_scale`` (93,773 nodes, 4,762,677 facts -> 9,525,354 edges with
+inverses, 102 relation ids; skewed degrees), B = 8 queries, d = 32.  For each case
+(message kind x aggregators x dtype) and implementation: forward ms and forward+backward ms
+(input and relation gradients; medians over ``--reps``), and the peak memory of the
+forward+backward above what was allocated before (CUDA: ``max_memory_allocated``; CPU: peak
+resident set sampled every 2 ms).  ``sparse_floor`` is ``torch.sparse.mm`` with the same CSR
+and no relation product: a lower bound for any gather-sum.
+
+    python benchmarks/message_passing.py --device cuda      # or --device cpu
+
+Writes ``benchmarks/results/message_passing_<device>.json`` and ``.md`` (card, versions,
+command).  On CPU the fused Triton kernels are skipped (they run only under the slow
+interpreter there) and ``naive`` (about 50 GB) is skipped when it cannot fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from cmpnn_dist.graph import Graph
+
+HERE = Path(__file__).resolve().parent
+N_NODES, N_REL = 93_773, 51
+CASES = [  # name, message kind, aggregators, dtype, implementations
+    ("msg1_sum_fp32", "mul1", ("sum",), "float32", ["naive", "reference", "fused", "sparse_floor"]),
+    ("msg1_pna_fp32", "mul1", ("sum", "sumsq", "max", "min"), "float32",
+     ["naive", "reference", "fused"]),
+    ("msg2_sum_fp32", "mul2", ("sum",), "float32", ["reference", "fused"]),
+    ("basis_sum_fp32", "basis", ("sum",), "float32", ["reference", "fused"]),
+    ("msg1_sum_bf16", "mul1", ("sum",), "bfloat16", ["reference", "fused", "sparse_floor"]),
+]  # fmt: skip
+
+
+def load_graph(cache: Path) -> Graph:
+    """The biokg-scale graph (generated once, cached as .npz)."""
+    if cache.exists():
+        z = np.load(cache)
+        arrays = [torch.from_numpy(z[k].astype(np.int64)) for k in ("indptr", "src", "rel")]
+        return Graph(N_NODES, 2 * N_REL, *arrays)
+    from cmpnn_dist.convert.synthetic.biokg_scale import generate
+    from cmpnn_dist.graph import build_csr
+
+    facts = generate({})["facts"]["train"]
+    indptr, src, rel = build_csr(N_NODES, N_REL, facts)
+    tmp = cache.with_suffix(".tmp.npz")
+    np.savez(tmp, indptr=indptr, src=src.astype(np.int32), rel=rel.astype(np.int16))
+    os.replace(tmp, cache)
+    return Graph(N_NODES, 2 * N_REL, *(torch.from_numpy(a) for a in (indptr, src, rel)))
+
+
+class RssPeak:
+    """Peak resident set size (bytes) of this process while the context is open."""
+
+    def __enter__(self) -> RssPeak:
+        self.base = self.peak = self._rss()
+        self._stop = False
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+        return self
+
+    def _rss(self) -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    def _run(self) -> None:
+        while not self._stop:
+            self.peak = max(self.peak, self._rss())
+            time.sleep(0.002)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop = True
+        self._t.join()
+        self.peak = max(self.peak, self._rss())
+
+
+def make_inputs(kind: str, graph: Graph, b: int, d: int, dtype: torch.dtype, dev: str):
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    x = torch.randn(graph.num_nodes, b, d, generator=gen).to(dev, dtype).requires_grad_()
+    r2 = graph.num_relations
+    if kind == "mul1":
+        rel = torch.randn(b, r2, d, generator=gen).to(dev, dtype).requires_grad_()
+        return x, "mul", rel, [x, rel]
+    if kind == "mul2":
+        rel = torch.randn(r2, d, generator=gen).to(dev, dtype).requires_grad_()
+        return x, "mul", rel, [x, rel]
+    bases = (torch.randn(4, d, d, generator=gen) / d**0.5).to(dev, dtype).requires_grad_()
+    coef = torch.randn(r2, 4, generator=gen).to(dev, dtype).requires_grad_()
+    return x, "basis", (bases, coef), [x, bases, coef]
+
+
+def sparse_layer(graph: Graph, dev: str):
+    """y = A x with A [N, N] CSR (A[v, u] = number of edges u -> v), no relation product."""
+    vals = torch.ones(graph.num_edges, device=dev)
+    a = torch.sparse_csr_tensor(graph.indptr.to(dev), graph.src.to(dev), vals,
+                                (graph.num_nodes, graph.num_nodes))  # fmt: skip
+
+    mats = {torch.float32: a}
+
+    def run(x: torch.Tensor, dtype: torch.dtype) -> dict:
+        if dtype not in mats:
+            mats[dtype] = a.to(dtype)
+        mat = mats[dtype]
+        return {"sum": torch.sparse.mm(mat, x.reshape(x.shape[0], -1)).view_as(x)}
+
+    return run
+
+
+def timed(fn, dev: str, reps: int, warmup: int) -> float:
+    """Median milliseconds of fn()."""
+    times = []
+    for i in range(warmup + reps):
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        if i >= warmup:
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def measure(impl: str, case: tuple, graph: Graph, args: argparse.Namespace, floor) -> dict:
+    from cmpnn_dist.ops import get_impl
+
+    name, kind, aggs, dtype_name, _ = case
+    dtype = getattr(torch, dtype_name)
+    dev = args.device
+    x, message, rel, leaves = make_inputs(kind, graph, args.batch, args.dim, dtype, dev)
+    if impl == "sparse_floor":
+        leaves = [x]
+
+        def fwd() -> dict:
+            return floor(x, dtype)
+    else:
+        prop = get_impl(impl, x)
+
+        def fwd() -> dict:
+            return prop(graph, x, rel, message=message, aggregators=aggs)
+
+    def fwd_bwd() -> None:
+        out = fwd()
+        loss = sum(out[a].float().sum() for a in aggs)
+        torch.autograd.grad(loss, leaves)
+
+    warm = 2 if dev == "cuda" else 1
+    res = {"impl": impl}
+    fwd_bwd()  # compiles / autotunes / builds cached graph structures outside the timings
+    res["forward_ms"] = timed(fwd, dev, args.reps, warm)
+    res["fwd_bwd_ms"] = timed(fwd_bwd, dev, args.reps, warm)
+    if dev == "cuda":
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        fwd_bwd()
+        torch.cuda.synchronize()
+        res["peak_gb"] = (torch.cuda.max_memory_allocated() - base) / 1e9
+        res["peak_total_gb"] = torch.cuda.max_memory_allocated() / 1e9
+    else:
+        with RssPeak() as p:
+            fwd_bwd()
+        res["peak_gb"] = (p.peak - p.base) / 1e9
+        res["peak_total_gb"] = p.peak / 1e9
+    return res
+
+
+def write(results: dict, out: Path) -> None:
+    tag = results["device_tag"]
+    out.mkdir(parents=True, exist_ok=True)
+    for suffix, text in ((".json", json.dumps(results, indent=1)), (".md", to_markdown(results))):
+        path = out / f"message_passing_{tag}{suffix}"
+        tmp = path.with_suffix(suffix + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+
+
+def to_markdown(r: dict) -> str:
+    lines = [
+        f"# Message passing, one layer: {r['graph']}",
+        "",
+        f"- device: {r['device']}; torch {r['torch']}, triton {r['triton']}, python {r['python']}",
+        f"- B = {r['batch']}, d = {r['dim']}; medians of {r['reps']} runs; command: `{r['command']}`",
+        "- peak = extra memory during one forward+backward (CUDA allocator peak, or CPU RSS peak)",
+        "",
+        "| case | impl | forward ms | fwd+bwd ms | peak GB | fwd vs reference | note |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for case, rows in r["cases"].items():
+        ref = next((x for x in rows if x["impl"] == "reference" and "forward_ms" in x), None)
+        for x in rows:
+            if "forward_ms" not in x:
+                lines.append(f"| {case} | {x['impl']} | - | - | - | - | {x.get('error', '')} |")
+                continue
+            ratio = f"{ref['forward_ms'] / x['forward_ms']:.1f}x" if ref else "-"
+            lines.append(
+                f"| {case} | {x['impl']} | {x['forward_ms']:.2f} | {x['fwd_bwd_ms']:.2f} | "
+                f"{x['peak_gb']:.2f} | {ratio} |  |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--reps", type=int, default=None, help="timed runs (default 20 CUDA, 3 CPU)")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--dim", type=int, default=32)
+    ap.add_argument("--cases", nargs="*", default=None, help="subset of case names")
+    ap.add_argument("--impls", nargs="*", default=None, help="subset of implementations")
+    ap.add_argument("--graph-cache", default="/tmp/cmpnn_biokg_scale_csr.npz")
+    ap.add_argument("--out", default=str(HERE / "results"))
+    args = ap.parse_args(argv)
+    args.reps = args.reps or (20 if args.device == "cuda" else 3)
+    t0 = time.time()
+    graph = load_graph(Path(args.graph_cache)).to(args.device)
+    print(f"graph: {graph.num_nodes} nodes, {graph.num_edges} edges ({time.time() - t0:.1f}s)")
+    if args.device == "cuda":
+        card = torch.cuda.get_device_name()
+        tag = "cuda_" + card.replace("NVIDIA ", "").split()[0].lower()
+    else:
+        card = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores"
+        tag = "cpu"
+    import triton
+
+    results = {
+        "graph": f"synthetic:biokg_scale ({graph.num_nodes} nodes, {graph.num_edges} edges, "
+        f"{graph.num_relations} relation ids, max in-degree {int(graph.in_degree().max())})",
+        "device": card,
+        "device_tag": tag,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "batch": args.batch,
+        "dim": args.dim,
+        "reps": args.reps,
+        "command": "python " + " ".join([sys.argv[0], *(argv or sys.argv[1:])]),
+        "cases": {},
+    }
+    floor = sparse_layer(graph, args.device)
+    for case in CASES:
+        if args.cases and case[0] not in args.cases:
+            continue
+        rows = results["cases"].setdefault(case[0], [])
+        for impl in case[4]:
+            if args.impls and impl not in args.impls:
+                continue
+            if args.device == "cpu" and impl == "fused":
+                rows.append({"impl": impl, "error": "skipped: Triton runs only interpreted on CPU"})
+                continue
+            if args.device == "cpu" and impl == "naive":
+                rows.append({"impl": impl, "error": "skipped: needs ~50 GB (|E| x B x d messages)"})
+                continue
+            try:
+                row = measure(impl, case, graph, args, floor)
+            except Exception as exc:  # noqa: BLE001 - record (OOM, unsupported dtype) and go on
+                row = {"impl": impl, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+            if args.device == "cuda":
+                torch.cuda.empty_cache()
+            rows.append(row)
+            print(case[0], json.dumps(row), flush=True)
+        write(results, Path(args.out))
+    print(to_markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""``run_distributed(cfg, dataset_path)``: train with Ray Train's ``TorchTrainer`` (DDP workers).
+
+Ray Train V2 is the default in the installed Ray (``RAY_TRAIN_V2_ENABLED`` unset means on);
+this module uses only APIs that V2 supports (``ray.train.report(checkpoint_dir_name=...)``,
+``FailureConfig(max_failures)``, ``CheckpointConfig(num_to_keep)``).
+
+Where things live: ``RunConfig(storage_path=<storage_root>/runs, name=run_name)``, so the run
+folder ``<storage_root>/runs/<run_name>`` holds Ray's checkpoints ``step_<s>-<token>``, the
+``best`` checkpoint, ``metrics.csv``, TensorBoard events and ``results.json``.
+``storage_root`` may be a local path, a shared filesystem or a pyarrow URI (``s3://...``).
+
+Resume:
+
+* (a) a worker dies (SIGKILL, OOM, node loss): Ray tears the worker group down and starts a
+  new one, up to ``cluster.max_failures`` times; ``fit`` in the new workers calls
+  ``ctx.latest_checkpoint()``, which resumes from the newest valid checkpoint in the run folder;
+* (b) the job dies and is submitted again with the same ``run_name``: the same lookup finds the
+  checkpoints in the run folder (Ray V2 also reloads its checkpoint bookkeeping,
+  ``checkpoint_manager_snapshot.json``, so it keeps pruning the old ones);
+* (c) a new ``run_name`` finds an empty folder and starts fresh; ``resume=false`` with an
+  existing run folder renames that folder to ``<run_name>.replaced-<time>`` (nothing is
+  deleted) and starts fresh.
+
+The resumed step is logged by rank 0 ("resuming from step N: <checkpoint>") and returned as
+``resumed_from_step``.
+
+Failures that must not hang: a rank stalled in a collective makes the others fail after
+``cluster.collective_timeout_s`` (gloo / nccl process-group timeout, also used for Ray Train's
+own report barrier via ``RAY_TRAIN_COLLECTIVE_TIMEOUT_S``); when every one of the
+``max_failures + 1`` attempts fails, :class:`DistributedTrainingError` says so.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from . import faults, remote
+from .timing import ENV_TIMING
+from .worker import RESULT_FILE, train_worker
+
+logger = logging.getLogger(__name__)
+
+
+class DistributedTrainingError(RuntimeError):
+    """Distributed training failed for good (bad settings or retry budget exhausted)."""
+
+
+def backend_for(cfg: Any) -> str:
+    backend = cfg.cluster.backend
+    if backend == "auto":
+        return "nccl" if cfg.cluster.use_gpu else "gloo"
+    if backend == "nccl" and not cfg.cluster.use_gpu:
+        raise DistributedTrainingError("cluster.backend=nccl needs cluster.use_gpu=true")
+    return backend
+
+
+def check_settings(cfg: Any) -> None:
+    n = cfg.cluster.num_workers
+    if n < 1:
+        raise DistributedTrainingError(f"cluster.num_workers must be >= 1, got {n}")
+    if cfg.train.batch_size % n:
+        raise DistributedTrainingError(
+            f"train.batch_size={cfg.train.batch_size} (the global batch) must be divisible by "
+            f"cluster.num_workers={n}"
+        )
+    if cfg.cluster.collective_timeout_s <= 0:
+        raise DistributedTrainingError("cluster.collective_timeout_s must be > 0")
+    if cfg.cluster.max_failures < -1:
+        raise DistributedTrainingError("cluster.max_failures must be >= -1 (-1: unlimited)")
+
+
+def _init_ray(cfg: Any) -> bool:
+    """Connect to ``cluster.address`` / ``RAY_ADDRESS``, else start a local Ray; True if we did."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = cfg.cluster.address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, log_to_driver=True)
+    else:
+        need = cfg.cluster.num_workers * cfg.cluster.cpus_per_worker
+        num_cpus = max(os.cpu_count() or 1, math.ceil(need))
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
+    return True
+
+
+def _worker_env() -> dict[str, str]:
+    env = faults.propagated_env()
+    for key in (ENV_TIMING, "CMPNN_CACHE_DIR"):
+        if key in os.environ:
+            env[key] = os.environ[key]
+    return env
+
+
+def _first_lines(text: str, n: int = 12) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    tail = lines[-n:]
+    return "\n".join(tail)
+
+
+def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
+    """Train ``cfg`` on ``cluster.num_workers`` Ray Train workers; returns the CLI summary.
+
+    Args:
+        cfg: the resolved :class:`~cmpnn_dist.config.Config`.
+        dataset_path: the Arrow dataset folder: a local / shared path or a pyarrow URI.
+
+    Returns:
+        ``{"run_dir", "valid", "test", "resumed_from_step", "resumed_from", "step",
+        "best_step", "world_size", "checkpoint", "timing", ...}``.
+
+    Raises:
+        DistributedTrainingError: bad cluster settings, or every attempt failed.
+    """
+    import ray
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    check_settings(cfg)
+    cl = cfg.cluster
+    if cfg.run_name is None:
+        cfg.run_name = f"{cfg.data.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    runs = remote.runs_root(cfg.storage_root)
+    run_uri = remote.join(runs, cfg.run_name)
+    if not cfg.resume and remote.is_nonempty_dir(run_uri):
+        moved = remote.move_aside(run_uri, f"replaced-{time.strftime('%Y%m%d-%H%M%S')}")
+        logger.warning("resume=false: moved the existing run folder to %s", moved)
+    result_uri = remote.join(run_uri, RESULT_FILE)
+    if remote.exists(result_uri):
+        fs, path = remote.filesystem(result_uri)
+        fs.delete_file(path)
+    dataset = str(dataset_path)
+    if not remote.is_uri(dataset):
+        dataset = str(Path(dataset).resolve())
+    backend = backend_for(cfg)
+    timeout_s = max(1, math.ceil(cl.collective_timeout_s))
+    # Ray Train's own barriers (ray.train.report) get the same bound as torch's collectives
+    os.environ.setdefault("RAY_TRAIN_COLLECTIVE_TIMEOUT_S", str(timeout_s))
+
+    resources = {"CPU": float(cl.cpus_per_worker)}
+    if cl.use_gpu:
+        resources["GPU"] = float(cl.gpus_per_worker)
+    started = _init_ray(cfg)
+    try:
+        trainer = TorchTrainer(
+            train_worker,
+            train_loop_config={"cfg": cfg, "run_uri": run_uri, "dataset": dataset},
+            torch_config=TorchConfig(backend=backend, timeout_s=timeout_s),
+            scaling_config=ScalingConfig(
+                num_workers=cl.num_workers, use_gpu=cl.use_gpu, resources_per_worker=resources
+            ),
+            run_config=RunConfig(
+                name=cfg.run_name,
+                storage_path=runs,
+                failure_config=FailureConfig(max_failures=cl.max_failures),
+                checkpoint_config=CheckpointConfig(num_to_keep=max(1, cfg.checkpoint.keep_last)),
+                worker_runtime_env={"env_vars": _worker_env()},
+            ),
+        )
+        try:
+            result = trainer.fit()
+        except ray.train.TrainingFailedError as e:
+            attempts = "every" if cl.max_failures < 0 else str(cl.max_failures + 1)
+            raise DistributedTrainingError(
+                f"distributed training of run {cfg.run_name!r} failed on {attempts} attempt(s) "
+                f"(cluster.max_failures={cl.max_failures}); checkpoints stay in {run_uri} and "
+                f"submitting again with run_name={cfg.run_name} resumes from the last valid one."
+                f"\nlast error:\n{_first_lines(str(e))}"
+            ) from e
+        if not remote.exists(result_uri):
+            raise DistributedTrainingError(
+                f"training finished but rank 0 left no {result_uri} (see the worker logs)"
+            )
+        summary = json.loads(remote.read_text(result_uri))
+        summary["checkpoint"] = result.checkpoint.path if result.checkpoint else None
+        return summary
+    finally:
+        if started:
+            ray.shutdown()

@@ -1,0 +1,115 @@
+"""The conditional message passing neural network (paper section 4, appendix E).
+
+For B queries (u_b, q_b) at once, with R2 = 2|R| relations (inverses included):
+
+    z_q              = Embedding(R2, d)[q]                                   [B, d]
+    h^(0)            = INIT(u, v, q)                                         [N, B, d]
+    h^(t+1)          = layer_t(h^(t), h^{f(t)}, z_q)     t = 0 .. T-1        [N, B, d]
+    logit(v | u, q)  = MLP([h^(T)_{v|u,q} || z_q])                           [B, N]
+
+so one forward pass scores every candidate tail v.  Head prediction is tail prediction with
+the inverse relation q + |R|.  See :mod:`.init`, :mod:`.message`, :mod:`.aggregate`,
+:mod:`.readout`, :mod:`.layer` and :mod:`.decoder` for each component's equation.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from cmpnn_dist.config import ModelConfig, OpsConfig
+from cmpnn_dist.graph import Graph
+from cmpnn_dist.model.aggregate import AGGREGATE_KINDS
+from cmpnn_dist.model.decoder import Decoder
+from cmpnn_dist.model.init import INIT_KINDS, initial_states
+from cmpnn_dist.model.layer import CMPNNLayer
+from cmpnn_dist.model.message import MESSAGE_KINDS
+from cmpnn_dist.model.readout import READOUT_KINDS, relation_node_sets
+
+HISTORY_KINDS = ("t", "0")
+
+
+def check_model_config(cfg: ModelConfig) -> None:
+    """Raise ValueError naming the first invalid ``model.*`` key."""
+    checks = [
+        ("init", cfg.init, INIT_KINDS),
+        ("message", cfg.message, MESSAGE_KINDS),
+        ("aggregate", cfg.aggregate, AGGREGATE_KINDS),
+        ("history", str(cfg.history), HISTORY_KINDS),
+        ("readout", cfg.readout, READOUT_KINDS),
+    ]
+    for key, value, choices in checks:
+        if value not in choices:
+            raise ValueError(f"model.{key}={value!r} is not one of {list(choices)}")
+    for key in ("num_layers", "hidden_dim", "decoder_hidden_dim"):
+        value = getattr(cfg, key)
+        if not isinstance(value, int) or value < (0 if key == "num_layers" else 1):
+            raise ValueError(f"model.{key}={value!r} must be a positive integer")
+    if cfg.num_bases is not None and (not isinstance(cfg.num_bases, int) or cfg.num_bases < 1):
+        raise ValueError(f"model.num_bases={cfg.num_bases!r} must be a positive integer or null")
+
+
+class CMPNN(nn.Module):
+    """C-MPNN over a graph with ``num_relations`` = |R| original relations.
+
+    Attributes: ``query`` (z_q embedding over 2|R| query relations), ``layers``
+    (``num_layers`` :class:`CMPNNLayer`), ``decoder`` (:class:`Decoder`).
+    """
+
+    def __init__(self, cfg: ModelConfig, num_relations: int, ops: OpsConfig | None = None):
+        super().__init__()
+        check_model_config(cfg)
+        if num_relations < 1:
+            raise ValueError(f"num_relations must be >= 1, got {num_relations}")
+        self.cfg = cfg
+        self.ops = ops if ops is not None else OpsConfig()
+        self.num_relations = int(num_relations)
+        r2 = 2 * self.num_relations
+        dim = cfg.hidden_dim
+        self.query = nn.Embedding(r2, dim)
+        self.layers = nn.ModuleList(CMPNNLayer(cfg, r2, self.ops) for _ in range(cfg.num_layers))
+        self.decoder = Decoder(dim, cfg.decoder_hidden_dim)
+
+    def _check(self, graph: Graph, heads: Tensor, rels: Tensor) -> None:
+        if graph.num_relations != 2 * self.num_relations:
+            raise ValueError(
+                f"graph has {graph.num_relations} edge relations but the model was built for "
+                f"|R|={self.num_relations} (expects 2|R|={2 * self.num_relations} with inverses)"
+            )
+        if heads.dim() != 1 or heads.shape != rels.shape:
+            raise ValueError(f"heads and rels must be [B], got {heads.shape} and {rels.shape}")
+
+    def encode(
+        self, graph: Graph, heads: Tensor, rels: Tensor, edge_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Returns ``(h^(T) float [N, B, d], z_q float [B, d])``."""
+        self._check(graph, heads, rels)
+        z_q = self.query(rels)
+        h0 = initial_states(self.cfg.init, heads, z_q, graph.num_nodes)
+        node_sets = None
+        if self.cfg.readout == "relation":
+            node_sets = relation_node_sets(graph, rels, edge_mask)
+        h = h0
+        for layer in self.layers:
+            hist = h if str(self.cfg.history) == "t" else h0
+            h = layer(graph, h, hist, z_q, edge_mask, node_sets)
+        return h, z_q
+
+    def node_states(
+        self, graph: Graph, heads: Tensor, rels: Tensor, edge_mask: Tensor | None = None
+    ) -> Tensor:
+        """Final pair representations h^(T)_{v|u_b,q_b}: float [B, N, d]."""
+        return self.encode(graph, heads, rels, edge_mask)[0].transpose(0, 1)
+
+    def forward(
+        self, graph: Graph, heads: Tensor, rels: Tensor, edge_mask: Tensor | None = None
+    ) -> Tensor:
+        """Scores of every tail v for each query (u_b = heads[b], q_b = rels[b] in [0, 2|R|)).
+
+        Args:
+            graph: message graph with 2|R| relations.
+            heads: int64 [B].  rels: int64 [B].
+            edge_mask: optional bool [E] keep-mask shared by the batch (query-edge removal).
+        Returns: logits float [B, N].
+        """
+        h, z_q = self.encode(graph, heads, rels, edge_mask)
+        return self.decoder(h.transpose(0, 1), z_q)

@@ -1,0 +1,27 @@
+"""The decoder: p(v | u, q) = sigmoid(f([h^(T)_{v|u,q} || z_q])), f a 2-layer MLP (section 6.1).
+
+    f(x) = W_b ReLU(W_a x + c_a) + c_b,   W_a: 2d -> decoder_hidden_dim,  W_b: -> 1
+
+The first layer is applied in split form W_a [h || z] = W_a^h h + W_a^z z so that the
+concatenation [B, N, 2d] is never built; the parameters are those of Linear(2d, hidden).
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class Decoder(nn.Module):
+    def __init__(self, dim: int, hidden_dim: int):
+        super().__init__()
+        self.dim = dim
+        self.hidden = nn.Linear(2 * dim, hidden_dim)
+        self.out = nn.Linear(hidden_dim, 1)
+
+    def forward(self, h: Tensor, z_q: Tensor) -> Tensor:
+        """Args: h float [B, N, d] (h^(T)); z_q float [B, d].  Returns: logits float [B, N]."""
+        w = self.hidden.weight
+        query_part = F.linear(z_q, w[:, self.dim :], self.hidden.bias)  # [B, H]
+        hidden = F.linear(h, w[:, : self.dim]) + query_part.unsqueeze(1)
+        return self.out(F.relu(hidden)).squeeze(-1)

@@ -1,0 +1,76 @@
+"""READOUT: the global term of a layer (paper section 4.1 and the readout experiment, 6.3).
+
+    none:      READOUT = 0
+    sum:       READOUT^(t) = W_1^(t) sum_{w in V} h^(t)_{w|u,q}
+    relation:  READOUT^(t) = W_1^(t) sum_{w in V_q^+} h^(t)_{w|u,q}
+                           + W_2^(t) sum_{w in V_q^-} h^(t)_{w|u,q}
+
+V_q^+ = nodes with an incoming q-edge, V_q^- = nodes with an outgoing q-edge, q the query
+relation of each query (an inverse id when predicting heads), computed on the kept edges
+(``edge_mask``).  W_1, W_2: Linear d -> d without bias.  The readout is one vector per query
+([B, d]) added to every node's pre-activation.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from cmpnn_dist.graph import Graph
+
+READOUT_KINDS = ("none", "sum", "relation")
+
+
+def relation_node_sets(
+    graph: Graph, rels: Tensor, edge_mask: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """Indicators of V_q^+ and V_q^- for each query relation.
+
+    Args:
+        graph: the message graph (inverse edges included).
+        rels: int64 [B] query relations in [0, R2).
+        edge_mask: optional bool [E] keep-mask.
+
+    Returns:
+        ``(incoming [B, N], outgoing [B, N])`` float 0/1: ``incoming[b, w] = 1`` iff some kept
+        edge ``x -rels[b]-> w`` exists, ``outgoing[b, w] = 1`` iff some kept ``w -rels[b]-> x``.
+    """
+    unique, inverse = torch.unique(rels, return_inverse=True)
+    slot = torch.full((graph.num_relations,), -1, dtype=torch.long, device=rels.device)
+    slot[unique] = torch.arange(unique.numel(), device=rels.device)
+    edge_slot = slot[graph.rel]
+    keep = edge_slot >= 0
+    if edge_mask is not None:
+        keep &= edge_mask
+    sets = []
+    for nodes in (graph.dst(), graph.src):
+        ind = torch.zeros(unique.numel(), graph.num_nodes, device=rels.device)
+        ind[edge_slot[keep], nodes[keep]] = 1.0
+        sets.append(ind[inverse])
+    return sets[0], sets[1]
+
+
+class Readout(nn.Module):
+    """Global readout of one layer; ``kind`` in none | sum | relation."""
+
+    def __init__(self, kind: str, dim: int):
+        super().__init__()
+        if kind not in READOUT_KINDS:
+            raise ValueError(f"unknown model.readout {kind!r}; choices: {READOUT_KINDS}")
+        self.kind = kind
+        if kind != "none":
+            self.w1 = nn.Linear(dim, dim, bias=False)
+        if kind == "relation":
+            self.w2 = nn.Linear(dim, dim, bias=False)
+
+    def forward(self, h: Tensor, node_sets: tuple[Tensor, Tensor] | None) -> Tensor | None:
+        """Args: h float [N, B, d]; node_sets from :func:`relation_node_sets` (relation only).
+        Returns: float [B, d], or None for ``none``."""
+        if self.kind == "none":
+            return None
+        if self.kind == "sum":
+            return self.w1(h.sum(0))
+        incoming, outgoing = node_sets
+        return self.w1(torch.einsum("bn,nbd->bd", incoming.to(h.dtype), h)) + self.w2(
+            torch.einsum("bn,nbd->bd", outgoing.to(h.dtype), h)
+        )

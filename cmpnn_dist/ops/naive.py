@@ -1,0 +1,64 @@
+"""The obvious message-passing implementation: the test oracle.
+
+Materialises every kept message ``m_e`` (float [E', B, d]) at once, then reduces with
+``index_add`` (sum, sumsq) and ``scatter_reduce(include_self=False)`` (max, min) into a zero
+tensor, so nodes without a kept in-edge stay 0.  Equations: see :mod:`cmpnn_dist.ops`.
+Memory is O(|E| B d): use it on small graphs only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from cmpnn_dist.graph import Graph
+
+
+def messages(
+    x_src: Tensor, rel: Tensor, relation: Tensor | tuple[Tensor, Tensor], message: str
+) -> Tensor:
+    """Messages of edges with source states ``x_src`` [E, B, d] and relations ``rel`` [E].
+
+    ``mul``: ``x_src * relation[rel]`` (relation [R2, d] or [B, R2, d]);
+    ``basis``: ``W[rel] x_src`` with ``W = einsum(coef, bases)`` [R2, d, d].  Returns [E, B, d].
+    """
+    if message == "mul":
+        if relation.dim() == 2:
+            return x_src * relation[rel].unsqueeze(1)
+        return x_src * relation[:, rel, :].transpose(0, 1)
+    bases, coef = relation
+    weights = torch.einsum("rk,kij->rij", coef, bases)
+    return torch.einsum("eij,ebj->ebi", weights[rel], x_src)
+
+
+def propagate(
+    graph: Graph,
+    x: Tensor,
+    relation: Tensor | tuple[Tensor, Tensor],
+    *,
+    message: str,
+    aggregators: Sequence[str],
+    edge_mask: Tensor | None = None,
+    **_: object,
+) -> dict[str, Tensor]:
+    """See :func:`cmpnn_dist.ops.propagate`; extra keyword arguments are ignored."""
+    src, rel, dst = graph.src, graph.rel, graph.dst()
+    if edge_mask is not None:
+        src, rel, dst = src[edge_mask], rel[edge_mask], dst[edge_mask]
+    msg = messages(x[src], rel, relation, message)
+    num_nodes, batch, dim = x.shape
+    out: dict[str, Tensor] = {}
+    for agg in aggregators:
+        zeros = x.new_zeros(num_nodes, batch, dim)
+        if agg == "sum":
+            out[agg] = zeros.index_add(0, dst, msg)
+        elif agg == "sumsq":
+            out[agg] = zeros.index_add(0, dst, msg * msg)
+        else:
+            index = dst.view(-1, 1, 1).expand_as(msg)
+            reduce = "amax" if agg == "max" else "amin"
+            out[agg] = zeros.scatter_reduce(0, index, msg, reduce=reduce, include_self=False)
+    out["degree"] = torch.bincount(dst, minlength=num_nodes).to(x.dtype)
+    return out

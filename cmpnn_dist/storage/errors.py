@@ -1,0 +1,17 @@
+"""The one exception type of the graph store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class StorageError(ValueError):
+    """Bad or missing dataset files, or bad input to a converter.
+
+    The message always names the file (and line or key where there is one) and what is
+    wrong, e.g. ``"/data/x/graphs/train/csr_00001.arrow: 812 bytes, manifest says 4096"``.
+    """
+
+    def __init__(self, message: str, path: str | Path | None = None) -> None:
+        self.path = None if path is None else Path(path)
+        super().__init__(f"{path}: {message}" if path is not None else message)

@@ -1,0 +1,38 @@
+"""Single-process training core: data, sampler, loss, checkpoints, contexts and ``fit``.
+
+See docs/design.md; the Ray workers run :func:`fit` with their own ``TrainContext``.
+"""
+
+from .checkpoint import (
+    CheckpointError,
+    find_latest_valid,
+    load_checkpoint,
+    prune,
+    save_checkpoint,
+)
+from .context import LocalContext, TrainContext, resolve_device
+from .data import SplitData, TrainData, load_train_data, train_data_from_triples
+from .loop import FitResult, evaluate_split, fit
+from .loss import self_adversarial_bce
+from .sampler import Batch, QuerySampler
+
+__all__ = [
+    "Batch",
+    "CheckpointError",
+    "FitResult",
+    "LocalContext",
+    "QuerySampler",
+    "SplitData",
+    "TrainContext",
+    "TrainData",
+    "evaluate_split",
+    "find_latest_valid",
+    "fit",
+    "load_checkpoint",
+    "load_train_data",
+    "prune",
+    "resolve_device",
+    "save_checkpoint",
+    "self_adversarial_bce",
+    "train_data_from_triples",
+]

@@ -1,0 +1,214 @@
+"""Atomic, checksummed checkpoint directories.
+
+A checkpoint is a directory ``<root>/step_XXXXXXXX`` (Ray's ``checkpoint_NNNNNN`` names are
+accepted too) holding::
+
+    state.pt        torch.save of the training state (plain containers and tensors only,
+                    loadable with ``weights_only=True``)
+    manifest.json   {"format_version", "step", "epoch", "meta", "files": {name: {"sha256", "size"}}}
+
+Writing: the files go into a hidden temporary sibling ``.tmp-<name>-*``, each is fsync'ed,
+``manifest.json`` is written *last*, and the directory is renamed into place with
+``os.replace``.  A checkpoint therefore counts only once its manifest is complete; a directory
+without a readable manifest, or whose files do not match it (size, sha256), is *torn*:
+:func:`find_latest_valid` skips it with a warning naming it and falls back to the previous one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import uuid
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+STATE_FILE = "state.pt"
+_NAME = re.compile(r"^(?:step|checkpoint)_(\d+)$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, torn or corrupt; the message names the offending file."""
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(dir: Path, state: dict[str, Any], meta: dict[str, Any] | None = None) -> Path:
+    """Write ``state`` as checkpoint directory ``dir`` atomically; returns ``dir``.
+
+    ``state["step"]`` and ``state["epoch"]`` (when present) are copied into the manifest, and
+    ``meta`` (JSON-serialisable, e.g. ``{"score": valid_mrr}``) is stored there for pruning.
+    An existing ``dir`` is replaced.
+    """
+    dir = Path(dir)
+    parent = dir.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{dir.name}-", dir=parent))
+    old: Path | None = None
+    try:
+        path = tmp / STATE_FILE
+        with open(path, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "step": state.get("step"),
+            "epoch": state.get("epoch"),
+            "meta": meta or {},
+            "files": {STATE_FILE: {"sha256": _sha256(path), "size": path.stat().st_size}},
+        }
+        with open(tmp / MANIFEST, "w") as f:
+            json.dump(manifest, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync_dir(tmp)
+        if dir.exists():
+            old = parent / f".old-{dir.name}-{uuid.uuid4().hex[:8]}"
+            os.replace(dir, old)
+        os.replace(tmp, dir)
+        _fsync_dir(parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and not dir.exists():
+            os.replace(old, dir)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return dir
+
+
+def read_manifest(dir: Path, verify_checksums: bool = True) -> dict[str, Any]:
+    """Read and check ``dir/manifest.json`` against the files; raises CheckpointError."""
+    dir = Path(dir)
+    mpath = dir / MANIFEST
+    if not mpath.is_file():
+        raise CheckpointError(f"{mpath}: manifest missing (checkpoint incomplete)")
+    try:
+        manifest = json.loads(mpath.read_text())
+        files = manifest["files"]
+        version = manifest["format_version"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{mpath}: unreadable manifest ({e})") from None
+    if version != FORMAT_VERSION:
+        raise CheckpointError(f"{mpath}: format_version {version}, expected {FORMAT_VERSION}")
+    for name, info in files.items():
+        fpath = dir / name
+        if not fpath.is_file():
+            raise CheckpointError(f"{fpath}: listed in the manifest but missing")
+        size = fpath.stat().st_size
+        if size != info["size"]:
+            raise CheckpointError(
+                f"{fpath}: size {size} bytes, manifest says {info['size']} (truncated?)"
+            )
+        if verify_checksums and _sha256(fpath) != info["sha256"]:
+            raise CheckpointError(f"{fpath}: sha256 does not match the manifest (corrupt)")
+    return manifest
+
+
+def load_checkpoint(dir: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Verify ``dir`` (manifest, sizes, sha256) and return the saved state dict."""
+    dir = Path(dir)
+    read_manifest(dir, verify_checksums=True)
+    path = dir / STATE_FILE
+    try:
+        with open(path, "rb") as f:
+            return torch.load(f, map_location=map_location, weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unpickling failure is a corrupt file
+        raise CheckpointError(f"{path}: cannot be loaded ({type(e).__name__}: {e})") from None
+
+
+def list_checkpoints(root: Path) -> list[tuple[int, Path]]:
+    """``(number, path)`` of every ``step_N`` / ``checkpoint_N`` directory, oldest first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = []
+    for p in root.iterdir():
+        m = _NAME.match(p.name)
+        if m and p.is_dir():
+            found.append((int(m.group(1)), p))
+    return sorted(found)
+
+
+def find_latest_valid(root: Path, verify_checksums: bool = True) -> Path | None:
+    """Newest checkpoint under ``root`` whose manifest is complete and matches its files.
+
+    Torn or corrupt ones are skipped with ``warnings.warn`` and ``logger.warning`` naming them.
+    """
+    for _, path in reversed(list_checkpoints(root)):
+        try:
+            read_manifest(path, verify_checksums=verify_checksums)
+        except CheckpointError as e:
+            msg = f"skipping invalid checkpoint {path}: {e}"
+            logger.warning(msg)
+            warnings.warn(msg, stacklevel=2)
+            continue
+        return path
+    return None
+
+
+def prune(root: Path, keep_last: int, best: Path | None = None) -> list[Path]:
+    """Delete checkpoints under ``root`` except the newest ``keep_last`` valid ones and the best.
+
+    The best is ``best`` when given, else the valid checkpoint with the highest
+    ``manifest["meta"]["score"]`` (earliest on ties).  Invalid (torn) directories older than
+    the newest valid one are deleted too.  Returns the deleted paths.
+    """
+    entries = list_checkpoints(root)
+    valid: list[tuple[int, Path, dict]] = []
+    invalid: list[tuple[int, Path]] = []
+    for num, path in entries:
+        try:
+            valid.append((num, path, read_manifest(path, verify_checksums=False)))
+        except CheckpointError:
+            invalid.append((num, path))
+    keep = {path for _, path, _ in valid[-keep_last:]} if keep_last > 0 else set()
+    if best is not None:
+        keep.add(Path(best))
+    else:
+        scored = [(m.get("meta", {}).get("score"), -num, path) for num, path, m in valid]
+        scored = [s for s in scored if isinstance(s[0], (int, float))]
+        if scored:
+            keep.add(max(scored)[2])
+    newest_valid = valid[-1][0] if valid else -1
+    removed = []
+    for _, path, _ in valid:
+        if path not in keep:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    for num, path in invalid:
+        if num < newest_valid:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed

@@ -1,0 +1,193 @@
+"""Where the training loop runs: one process (:class:`LocalContext`) or a DDP worker.
+
+:func:`cmpnn_dist.training.loop.fit` talks to its environment only through a
+:class:`TrainContext`.  The contract fit relies on:
+
+* ``report(metrics, checkpoint_dir)`` is called on **every rank**, the same number of times,
+  once per history row in order (a ``kind="train"`` row per step, a ``kind="valid"`` row per
+  validation, a ``kind="test"`` row at the end).  ``checkpoint_dir`` is non-None only on the
+  main rank, on the row of the step at which that checkpoint was written (it is complete and
+  verified when passed; a checkpoint that failed to write is never reported).
+* ``checkpoint_path(step)`` says where the main rank writes the checkpoint of ``step``
+  (a Ray context may return a temporary directory and hand it to ``ray.train.report``).
+* ``latest_checkpoint()`` is the checkpoint to resume from (None: start fresh).
+* ``on_resume(history, step)`` is called after a checkpoint was loaded, with the restored
+  history, so persisted logs can drop rows newer than ``step`` (work lost by the failure).
+* ``all_reduce_mean`` averages a tensor over ranks (identity on one process); gradients are
+  averaged by the wrapper that ``wrap_model`` returns (DDP), not by fit.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+from torch import Tensor, nn
+
+from .checkpoint import find_latest_valid, list_checkpoints, prune
+
+logger = logging.getLogger(__name__)
+
+BASE_COLUMNS = ["kind", "step", "epoch", "loss", "lr", "time_s"]
+
+
+@runtime_checkable
+class TrainContext(Protocol):
+    rank: int
+    world_size: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool: ...
+
+    def wrap_model(self, model: nn.Module) -> nn.Module: ...
+
+    def all_reduce_mean(self, t: Tensor) -> Tensor: ...
+
+    def report(self, metrics: dict[str, Any], checkpoint_dir: Path | None) -> None: ...
+
+    def latest_checkpoint(self) -> Path | None: ...
+
+    def checkpoint_path(self, step: int) -> Path: ...
+
+    def on_resume(self, history: list[dict[str, Any]], step: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda when available else cpu; ``cuda`` without a GPU is an error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("train.device=cuda but torch.cuda.is_available() is False")
+    if name != "cpu" and not name.startswith("cuda"):
+        raise ValueError(f"unknown train.device {name!r} (auto | cpu | cuda)")
+    return torch.device(name)
+
+
+class LocalContext:
+    """One process: checkpoints under ``<run_dir>/checkpoints/step_XXXXXXXX``, metrics in
+    ``<run_dir>/metrics.csv`` and TensorBoard event files under ``<run_dir>/tensorboard``.
+
+    Args:
+        run_dir: the run's directory (created).
+        device: torch device for training.
+        keep_last: checkpoints kept besides the best one (by ``meta.score``, the valid MRR).
+        resume: when False and ``run_dir`` already holds a valid checkpoint, raise instead of
+            silently mixing two runs in one directory.
+        tensorboard: also write TensorBoard scalars.
+    """
+
+    rank = 0
+    world_size = 1
+
+    def __init__(
+        self,
+        run_dir: Path,
+        device: torch.device | str = "cpu",
+        keep_last: int = 2,
+        resume: bool = True,
+        tensorboard: bool = True,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.device = torch.device(device)
+        self.keep_last = keep_last
+        self.resume = resume
+        self.checkpoint_root = self.run_dir / "checkpoints"
+        self.csv_path = self.run_dir / "metrics.csv"
+        self._tensorboard = tensorboard
+        self._writer = None
+        self._purge_step: int | None = None
+        self._columns: list[str] = list(BASE_COLUMNS)
+        self._rows: list[dict[str, Any]] = []
+        if not resume and list_checkpoints(self.checkpoint_root):
+            raise ValueError(
+                f"{self.checkpoint_root} already holds checkpoints but resume=false; "
+                "pick another run_name"
+            )
+
+    @property
+    def is_main(self) -> bool:
+        return True
+
+    def wrap_model(self, model: nn.Module) -> nn.Module:
+        return model
+
+    def all_reduce_mean(self, t: Tensor) -> Tensor:
+        return t
+
+    def checkpoint_path(self, step: int) -> Path:
+        return self.checkpoint_root / f"step_{step:08d}"
+
+    def latest_checkpoint(self) -> Path | None:
+        if not self.resume:
+            return None
+        return find_latest_valid(self.checkpoint_root)
+
+    # ------------------------------------------------------------------ metrics
+    def on_resume(self, history: list[dict[str, Any]], step: int) -> None:
+        """Rewrite metrics.csv from the restored history; TensorBoard drops events > step."""
+        self._rows = [dict(r) for r in history]
+        for row in self._rows:
+            self._add_columns(row)
+        self._rewrite_csv()
+        self._purge_step = step + 1
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def report(self, metrics: dict[str, Any], checkpoint_dir: Path | None) -> None:
+        row = dict(metrics)
+        self._rows.append(row)
+        if self._add_columns(row) or not self.csv_path.exists():
+            self._rewrite_csv()
+        else:
+            with open(self.csv_path, "a", newline="") as f:
+                csv.DictWriter(f, self._columns, extrasaction="ignore").writerow(row)
+        self._log_tensorboard(row)
+        if checkpoint_dir is not None:
+            prune(self.checkpoint_root, self.keep_last)
+
+    def _add_columns(self, row: dict[str, Any]) -> bool:
+        new = [k for k in row if k not in self._columns]
+        self._columns.extend(new)
+        return bool(new)
+
+    def _rewrite_csv(self) -> None:
+        tmp = self.csv_path.with_name(self.csv_path.name + ".tmp")
+        with open(tmp, "w", newline="") as f:
+            w = csv.DictWriter(f, self._columns, extrasaction="ignore")
+            w.writeheader()
+            w.writerows(self._rows)
+        os.replace(tmp, self.csv_path)
+
+    def _log_tensorboard(self, row: dict[str, Any]) -> None:
+        if not self._tensorboard or "step" not in row:
+            return
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(
+                str(self.run_dir / "tensorboard"), purge_step=self._purge_step
+            )
+            self._purge_step = None
+        kind = row.get("kind", "train")
+        for key, value in row.items():
+            if key in ("kind", "step", "epoch") or isinstance(value, bool):
+                continue
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                name = key[len(kind) + 1 :] if key.startswith(kind + "_") else key
+                tag = f"{kind}/{name}"
+                self._writer.add_scalar(tag, value, int(row["step"]))
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

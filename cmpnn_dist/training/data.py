@@ -1,0 +1,100 @@
+"""The tensors one training run needs, cut out of a storage ``Dataset``.
+
+Transductive (one graph "train"): every split passes messages over ``graph_data("train")``'s
+graph (built from its train facts); valid / test queries are its valid / test facts and
+evaluation filters with train + valid + test facts.
+
+Inductive (GraIL: graphs "train" and "test"): training and validation use graph "train"
+(filter: its train + valid + test facts); testing uses graph "test" whose message graph is its
+own train facts, with queries its test facts and filter its train + valid + test facts.
+
+``train.filter_triples`` holds the *training facts only*: it is what strict negatives avoid
+during training, and must not reveal validation / test facts to the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from cmpnn_dist.graph import Graph
+
+
+@dataclass
+class SplitData:
+    """One split: message-passing graph, queries int64 [F, 3], filter facts int64 [G, 3]."""
+
+    graph: Graph
+    queries: Tensor
+    filter_triples: Tensor
+
+
+@dataclass
+class TrainData:
+    """Everything :func:`cmpnn_dist.training.loop.fit` needs; ``num_relations`` is |R|."""
+
+    num_relations: int
+    inductive: bool
+    train: SplitData
+    valid: SplitData
+    test: SplitData
+
+    @property
+    def num_nodes(self) -> int:
+        """|V| of the training graph."""
+        return self.train.graph.num_nodes
+
+
+def _facts(gd: Any, split: str) -> Tensor:
+    f = gd.facts(split)
+    if f is None:
+        return torch.empty(0, 3, dtype=torch.long)
+    return torch.as_tensor(f, dtype=torch.long).reshape(-1, 3)
+
+
+def _all_facts(gd: Any) -> Tensor:
+    return torch.cat([_facts(gd, s) for s in ("train", "valid", "test")])
+
+
+def load_train_data(ds: Any) -> TrainData:
+    """Build :class:`TrainData` from an opened storage ``Dataset`` (see docs/design.md)."""
+    g_train = ds.graph_data("train")
+    graph = g_train.graph()
+    train_facts = _facts(g_train, "train")
+    train = SplitData(graph, train_facts, train_facts)
+    if ds.inductive:
+        g_test = ds.graph_data("test")
+        valid = SplitData(graph, _facts(g_train, "valid"), _all_facts(g_train))
+        test = SplitData(g_test.graph(), _facts(g_test, "test"), _all_facts(g_test))
+    else:
+        filt = _all_facts(g_train)
+        valid = SplitData(graph, _facts(g_train, "valid"), filt)
+        test = SplitData(graph, _facts(g_train, "test"), filt)
+    return TrainData(int(ds.num_relations), bool(ds.inductive), train, valid, test)
+
+
+def train_data_from_triples(
+    num_nodes: int,
+    num_relations: int,
+    train: Tensor,
+    valid: Tensor,
+    test: Tensor,
+) -> TrainData:
+    """A transductive :class:`TrainData` straight from fact tensors (tests, small graphs)."""
+    from cmpnn_dist.graph import graph_from_triples
+
+    train, valid, test = (
+        torch.as_tensor(x, dtype=torch.long).reshape(-1, 3) for x in (train, valid, test)
+    )
+    graph = graph_from_triples(num_nodes, num_relations, train)
+    filt = torch.cat([train, valid, test])
+    return TrainData(
+        num_relations,
+        False,
+        SplitData(graph, train, train),
+        SplitData(graph, valid, filt),
+        SplitData(graph, test, filt),
+    )

@@ -1,0 +1,339 @@
+"""Distributed training with real Ray Train workers and real gloo on the CPU.
+
+All runs share one tiny rule-planted KG (60 entities) and a tiny model, deterministic CPU
+settings, a global batch of 4 and 12 steps with a checkpoint every 3 steps.  The reference is
+one uninterrupted 2-worker run; the other runs are compared to it:
+
+* 1 worker with the same global batch: same loss curve and weights (float tolerance);
+* a worker SIGKILLed at a random step: Ray restarts the group, weights bit-identical, every
+  step exactly once in the history;
+* the job process killed after a checkpoint, two newest checkpoints damaged (a truncated
+  file, a missing manifest), the job submitted again with the same run_name in a fresh Ray:
+  warnings name both, it resumes from the third and ends bit-identical;
+* a stalled rank fails within the collective timeout; a failure on every attempt stops
+  after max_failures retries with a clear message;
+* ``ray job submit`` of the CLI against a ``ray start --head`` node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from cmpnn_dist.config import Config
+from cmpnn_dist.distributed import faults
+from cmpnn_dist.distributed.context import checkpoint_candidates, select_checkpoint
+from cmpnn_dist.training.checkpoint import MANIFEST, STATE_FILE, load_checkpoint
+
+REPO = Path(__file__).resolve().parents[1]
+MAX_STEPS = 12
+EVERY = 3
+
+pytestmark = pytest.mark.slow
+
+
+def make_cfg(root: Path, name: str, workers: int = 2, **cluster) -> Config:
+    cfg = Config()
+    cfg.storage_root = str(root)
+    cfg.run_name = name
+    cfg.data.name = "tiny"
+    cfg.model.num_layers = 2
+    cfg.model.hidden_dim = 8
+    cfg.model.decoder_hidden_dim = 8
+    cfg.ops.impl = "reference"
+    cfg.train.batch_size = 4
+    cfg.train.num_negatives = 8
+    cfg.train.max_steps = MAX_STEPS
+    cfg.train.deterministic = True
+    cfg.train.device = "cpu"
+    cfg.train.progress = False
+    cfg.eval.max_queries = 8
+    cfg.eval.batch_size = 8
+    cfg.checkpoint.every_steps = EVERY
+    cfg.checkpoint.keep_last = 3
+    cfg.cluster.num_workers = workers
+    cfg.cluster.collective_timeout_s = 60.0
+    cfg.cluster.max_failures = 1
+    for key, value in cluster.items():
+        setattr(cfg.cluster, key, value)
+    return cfg
+
+
+def final_state(run_dir: str) -> dict:
+    found = select_checkpoint(run_dir, Path(tempfile.mkdtemp()))
+    assert found is not None, f"no valid checkpoint in {run_dir}"
+    state = load_checkpoint(found[0])
+    assert state["step"] == MAX_STEPS
+    return state
+
+
+def train_steps(history: list[dict]) -> list[int]:
+    return [row["step"] for row in history if row.get("kind") == "train"]
+
+
+def assert_bit_identical(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), f"parameter {k} differs"
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    from cmpnn_dist.convert import build_dataset
+
+    out = tmp_path_factory.mktemp("data") / "tiny"
+    return build_dataset("synthetic:rule_kg", out, synthetic={"num_entities": 60}, num_shards=2,
+                         name="tiny")
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=True)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def reference(ray_local, dataset, tmp_path_factory) -> dict:
+    from cmpnn_dist.distributed import run_distributed
+
+    root = tmp_path_factory.mktemp("ref")
+    out = run_distributed(make_cfg(root, "ref"), dataset)
+    state = final_state(out["run_dir"])
+    return {"summary": out, "state": state, "root": root}
+
+
+def test_reference_run_is_complete(reference) -> None:
+    out, state = reference["summary"], reference["state"]
+    assert out["world_size"] == 2 and out["resumed_from_step"] is None
+    assert out["step"] == MAX_STEPS and set(out["test"]) >= {"mrr", "hits@10"}
+    assert train_steps(state["history"]) == list(range(1, MAX_STEPS + 1))
+    run = Path(out["run_dir"])
+    kept = [s for s, _ in checkpoint_candidates(str(run))]
+    assert kept == [12, 9, 6], kept  # keep_last=3
+    assert (run / "results.json").is_file() and (run / "metrics.csv").is_file()
+
+
+def test_one_worker_matches_two_workers(reference, dataset, tmp_path) -> None:
+    from cmpnn_dist.distributed import run_distributed
+
+    out = run_distributed(make_cfg(tmp_path, "one", workers=1), dataset)
+    one, two = final_state(out["run_dir"]), reference["state"]
+    loss1 = [r["loss"] for r in one["history"] if r["kind"] == "train"]
+    loss2 = [r["loss"] for r in two["history"] if r["kind"] == "train"]
+    assert len(loss1) == MAX_STEPS
+    torch.testing.assert_close(torch.tensor(loss1), torch.tensor(loss2), rtol=1e-5, atol=1e-6)
+    for k in two["model"]:
+        torch.testing.assert_close(one["model"][k], two["model"][k], rtol=1e-4, atol=1e-5)
+    assert out["world_size"] == 1
+
+
+def test_worker_sigkill_resumes_bit_identical(reference, dataset, tmp_path, monkeypatch) -> None:
+    from cmpnn_dist.distributed import run_distributed
+
+    step = int(os.environ.get("CMPNN_TEST_KILL_STEP", random.randrange(2, MAX_STEPS)))
+    print(f"SIGKILL of rank 1 at step {step} (rerun with CMPNN_TEST_KILL_STEP={step})")
+    monkeypatch.setenv(faults.ENV_FAULT, f"kill@rank1:step{step}")
+    monkeypatch.setenv(faults.ENV_DIR, str(tmp_path / "faults"))
+    out = run_distributed(make_cfg(tmp_path, "killed"), dataset)
+    assert (tmp_path / "faults" / f"kill-rank1-step{step}.fired").is_file()
+    attempts = (tmp_path / "faults" / "attempts.log").read_text().split()
+    assert attempts.count("rank1") == 2  # the worker group was restarted once
+    expected_resume = ((step - 1) // EVERY) * EVERY or None
+    assert out["resumed_from_step"] == expected_resume
+    state = final_state(out["run_dir"])
+    assert_bit_identical(state["model"], reference["state"]["model"])
+    assert train_steps(state["history"]) == list(range(1, MAX_STEPS + 1))
+    csv_steps = [
+        int(line.split(",")[1])
+        for line in (Path(out["run_dir"]) / "metrics.csv").read_text().splitlines()[1:]
+        if line.startswith("train,")
+    ]
+    assert csv_steps == list(range(1, MAX_STEPS + 1))
+
+
+DRIVER = (
+    "import json, pickle, sys\n"
+    "from cmpnn_dist.distributed import run_distributed\n"
+    "cfg = pickle.load(open(sys.argv[1], 'rb'))\n"
+    "print(json.dumps(run_distributed(cfg, sys.argv[2])), flush=True)\n"
+)
+
+
+def _spawn_driver(cfg: Config, dataset: Path, tmp: Path, env: dict) -> subprocess.Popen:
+    path = tmp / f"cfg-{time.time_ns()}.pkl"
+    path.write_bytes(pickle.dumps(cfg))
+    return subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(path), str(dataset)],
+        cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=30)
+
+
+def _valid_steps(run: Path) -> list[int]:
+    return [s for s, name in checkpoint_candidates(str(run)) if (run / name / MANIFEST).is_file()]
+
+
+@pytest.mark.timeout(420)
+def test_job_killed_and_resubmitted_resumes(reference, dataset, tmp_path) -> None:
+    cfg = make_cfg(tmp_path, "job")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "CMPNN_"))}
+    # rank 0 stalls at step 11 so the job is surely alive, mid-run, when it is killed
+    stall_env = {**env, faults.ENV_FAULT: "stall@rank0:step11"}
+    run = tmp_path / "runs" / "job"
+    proc = _spawn_driver(cfg, dataset, tmp_path, stall_env)
+    try:
+        deadline = time.monotonic() + 240
+        while 9 not in _valid_steps(run):
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < deadline, "no checkpoint of step 9 in time"
+            time.sleep(0.2)
+    finally:
+        _kill_group(proc)  # the job driver and the local Ray it started
+    assert not (run / "results.json").exists()
+    ckpts = dict((s, run / n) for s, n in checkpoint_candidates(str(run)))
+    assert sorted(ckpts) == [3, 6, 9]
+    state = ckpts[9] / STATE_FILE
+    state.write_bytes(state.read_bytes()[:100])  # truncated file
+    (ckpts[6] / MANIFEST).unlink()  # checkpoint without manifest
+
+    proc = _spawn_driver(cfg, dataset, tmp_path, env)  # same run_name, fresh Ray
+    try:
+        output, _ = proc.communicate(timeout=300)
+    finally:
+        _kill_group(proc)
+    assert proc.returncode == 0, output[-5000:]
+    summary = json.loads(output.strip().splitlines()[-1])
+    assert f"skipping invalid checkpoint {ckpts[9]}" in output and "truncated" in output
+    assert f"skipping invalid checkpoint {ckpts[6]}" in output and "manifest missing" in output
+    assert "resuming from step 3" in output
+    assert summary["resumed_from_step"] == 3
+    final = final_state(summary["run_dir"])
+    assert_bit_identical(final["model"], reference["state"]["model"])
+    assert train_steps(final["history"]) == list(range(1, MAX_STEPS + 1))
+
+
+def test_new_name_or_resume_false_starts_fresh(reference, dataset) -> None:
+    from cmpnn_dist.distributed import run_distributed
+
+    cfg = make_cfg(reference["root"], "ref")
+    cfg.resume = False
+    cfg.train.max_steps = 3
+    out = run_distributed(cfg, dataset)
+    assert out["resumed_from_step"] is None and out["step"] == 3
+    runs = reference["root"] / "runs"
+    moved = [p for p in runs.iterdir() if p.name.startswith("ref.replaced-")]
+    assert len(moved) == 1 and (moved[0] / "results.json").is_file()
+    state = load_checkpoint(select_checkpoint(out["run_dir"], Path(tempfile.mkdtemp()))[0])
+    assert train_steps(state["history"]) == [1, 2, 3]
+    first3 = [r["loss"] for r in reference["state"]["history"] if r["kind"] == "train"][:3]
+    assert [r["loss"] for r in state["history"] if r["kind"] == "train"] == first3
+
+
+@pytest.mark.timeout(240)
+def test_stalled_rank_fails_within_timeout(ray_local, dataset, tmp_path, monkeypatch) -> None:
+    from cmpnn_dist.distributed import DistributedTrainingError, run_distributed
+
+    monkeypatch.setenv(faults.ENV_FAULT, "stall@rank1:step2")
+    cfg = make_cfg(tmp_path, "stall", collective_timeout_s=5.0, max_failures=0)
+    start = time.monotonic()
+    with pytest.raises(DistributedTrainingError) as info:
+        run_distributed(cfg, dataset)
+    elapsed = time.monotonic() - start
+    msg = str(info.value)
+    assert "failed on 1 attempt(s)" in msg and "max_failures=0" in msg
+    assert "timed out" in msg.lower() or "timeout" in msg.lower(), msg
+    assert elapsed < 150, elapsed
+
+
+@pytest.mark.timeout(240)
+def test_retry_budget_exhaustion(ray_local, dataset, tmp_path, monkeypatch) -> None:
+    from cmpnn_dist.distributed import DistributedTrainingError, run_distributed
+
+    monkeypatch.setenv(faults.ENV_FAULT, "crash@rank0:step2:always")
+    monkeypatch.setenv(faults.ENV_DIR, str(tmp_path / "faults"))
+    cfg = make_cfg(tmp_path, "crash", max_failures=1)
+    with pytest.raises(DistributedTrainingError) as info:
+        run_distributed(cfg, dataset)
+    msg = str(info.value)
+    assert "failed on 2 attempt(s) (cluster.max_failures=1)" in msg
+    assert "injected crash on rank 0 at step 2" in msg
+    assert "run_name=crash resumes" in msg
+    attempts = (tmp_path / "faults" / "attempts.log").read_text().split()
+    assert attempts.count("rank0") == 2 and attempts.count("rank1") == 2
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.timeout(480)
+def test_ray_job_submit_end_to_end(tmp_path) -> None:
+    pytest.importorskip("aiohttp", reason="ray job submit needs ray[default] (the dashboard)")
+    port, dash = _free_port(), _free_port()
+    temp_dir = tempfile.mkdtemp(prefix="rayt", dir="/tmp")  # short: unix socket path limit
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "CMPNN_"))}
+    head = subprocess.Popen(
+        ["ray", "start", "--head", "--block", "--num-cpus=2", f"--port={port}",
+         "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
+         f"--temp-dir={temp_dir}", "--disable-usage-stats"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    try:
+        address = f"http://127.0.0.1:{dash}"
+        deadline = time.monotonic() + 120
+        while subprocess.run(["ray", "job", "list", "--address", address], env=env,
+                             capture_output=True).returncode != 0:
+            assert head.poll() is None, "ray start --head exited"
+            assert time.monotonic() < deadline, "the head node's job server did not come up"
+            time.sleep(1)
+        root = tmp_path / "storage"
+        cmd = [
+            "ray", "job", "submit", "--address", address, "--working-dir", str(REPO), "--",
+            "python", "-m", "cmpnn_dist.train", "cluster.num_workers=2",
+            "data.source=synthetic:rule_kg", "data.name=tiny", "+data.synthetic.num_entities=60",
+            f"train.max_steps={MAX_STEPS}", "train.batch_size=4", "train.num_negatives=8",
+            "train.progress=false", "model.num_layers=2", "model.hidden_dim=8",
+            "eval.max_queries=8", f"storage_root={root}", "run_name=submitted",
+            f"checkpoint.every_steps={EVERY}",
+        ]
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO,
+                              timeout=400)
+        output = done.stdout + done.stderr
+        assert done.returncode == 0, output[-5000:]
+        lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{") and "run_dir" in ln]
+        assert lines, output[-5000:]
+        summary = json.loads(lines[-1])
+        assert summary["run_dir"] == str(root.resolve() / "runs" / "submitted")
+        assert set(summary["test"]) >= {"mrr", "hits@10"}
+        assert final_state(summary["run_dir"])["step"] == MAX_STEPS
+    finally:
+        try:
+            os.killpg(head.pid, signal.SIGTERM)
+            head.wait(timeout=60)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(head.pid, signal.SIGKILL)

@@ -1,0 +1,141 @@
+"""Fast checks of the distributed package that need no Ray cluster.
+
+Checkpoint selection over real checkpoint folders (written by ``save_checkpoint``, then
+damaged the way a crash leaves them), dataset localisation through a pyarrow ``file://`` URI,
+fault-spec parsing and settings validation.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from cmpnn_dist.config import Config
+from cmpnn_dist.distributed import faults, remote
+from cmpnn_dist.distributed.context import checkpoint_candidates, select_checkpoint
+from cmpnn_dist.distributed.driver import DistributedTrainingError, backend_for, check_settings
+from cmpnn_dist.training.checkpoint import MANIFEST, STATE_FILE, load_checkpoint, save_checkpoint
+
+
+def _write(run: Path, step: int, tag: str) -> Path:
+    state = {"step": step, "epoch": 0, "w": torch.full((64,), float(step))}
+    return save_checkpoint(run / f"step_{step:08d}-{tag}", state)
+
+
+def test_select_checkpoint_skips_truncated_and_manifestless(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _write(run, 3, "aaaa")
+    _write(run, 6, "bbbb")
+    truncated = _write(run, 9, "cccc")
+    no_manifest = _write(run, 12, "dddd")
+    (run / "not_a_checkpoint").mkdir()
+    data = (truncated / STATE_FILE).read_bytes()
+    (truncated / STATE_FILE).write_bytes(data[: len(data) // 2])
+    (no_manifest / MANIFEST).unlink()
+
+    assert [s for s, _ in checkpoint_candidates(str(run))] == [12, 9, 6, 3]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        local, manifest, name = select_checkpoint(str(run), tmp_path / "scratch")
+    messages = [str(w.message) for w in caught]
+    assert name == "step_00000006-bbbb" and manifest["step"] == 6
+    assert torch.equal(load_checkpoint(local)["w"], torch.full((64,), 6.0))
+    assert len(messages) == 2
+    assert "step_00000012-dddd" in messages[0] and "manifest missing" in messages[0]
+    assert "step_00000009-cccc" in messages[1] and "truncated" in messages[1]
+
+
+def test_select_checkpoint_none_when_all_torn_or_absent(tmp_path: Path) -> None:
+    assert select_checkpoint(str(tmp_path / "absent"), tmp_path) is None
+    (_write(tmp_path / "run", 1, "x") / MANIFEST).unlink()
+    with pytest.warns(UserWarning, match="step_00000001-x"):
+        assert select_checkpoint(str(tmp_path / "run"), tmp_path) is None
+
+
+def test_select_checkpoint_through_file_uri(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _write(run, 2, "a")
+    bad = _write(run, 4, "b")
+    (bad / STATE_FILE).write_bytes(b"x" * (bad / STATE_FILE).stat().st_size)  # same size
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    with pytest.warns(UserWarning, match="step_00000004-b.*sha256"):
+        local, manifest, name = select_checkpoint(f"file://{run}", scratch)
+    assert name == "step_00000002-a" and manifest["step"] == 2
+    assert local.parent == scratch  # fetched, not read in place
+
+
+def test_localize_dataset_copies_uri_once(tmp_path: Path) -> None:
+    src = tmp_path / "ds"
+    (src / "graphs" / "train").mkdir(parents=True)
+    (src / "manifest.json").write_text('{"name": "x"}')
+    (src / "graphs" / "train" / "a.arrow").write_bytes(bytes(range(256)) * 10)
+    cache = tmp_path / "cache"
+    local = remote.localize_dataset(f"file://{src}", cache)
+    assert local != src and local.is_relative_to(cache)
+    assert (local / "manifest.json").read_text() == '{"name": "x"}'
+    assert (local / "graphs" / "train" / "a.arrow").read_bytes() == bytes(range(256)) * 10
+    assert (local / remote.COMPLETE_MARKER).is_file()
+    (src / "manifest.json").write_text("changed")  # a completed copy is reused, not refetched
+    assert remote.localize_dataset(f"file://{src}", cache) == local
+    assert (local / "manifest.json").read_text() == '{"name": "x"}'
+    assert remote.localize_dataset(src, cache) == src.resolve()  # local paths: used in place
+    with pytest.raises(FileNotFoundError, match="nope"):
+        remote.localize_dataset(f"file://{tmp_path}/nope", cache)
+
+
+def test_runs_root_and_text_helpers(tmp_path: Path) -> None:
+    assert remote.runs_root("s3://bucket/x/") == "s3://bucket/x/runs"
+    assert remote.runs_root(tmp_path) == str(tmp_path.resolve() / "runs")
+    uri = f"file://{tmp_path}/sub/r.json"
+    remote.write_text(uri, "hello")
+    assert remote.read_text(uri) == "hello" and remote.exists(uri)
+    remote.write_text(str(tmp_path / "l" / "r.json"), "x")
+    assert (tmp_path / "l" / "r.json").read_text() == "x"
+    assert remote.is_nonempty_dir(str(tmp_path / "l"))
+    assert not remote.is_nonempty_dir(str(tmp_path / "missing"))
+
+
+def test_fault_specs() -> None:
+    assert faults.parse_faults("kill@rank1:step5, stall@rank0:step2:always") == [
+        faults.Fault("kill", 1, 5),
+        faults.Fault("stall", 0, 2, always=True),
+    ]
+    assert faults.parse_faults("") == []
+    with pytest.raises(ValueError, match="explode@rank1"):
+        faults.parse_faults("explode@rank1:step2")
+
+
+def test_crash_fault_fires_once_per_marker_dir(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv(faults.ENV_FAULT, "crash@rank0:step2")
+    monkeypatch.setenv(faults.ENV_DIR, str(tmp_path))
+    model = torch.nn.Linear(2, 1)
+    faults.install(model, rank=0)
+    x = torch.zeros(1, 2)
+    model(x)
+    with pytest.raises(faults.InjectedFault, match="step 2"):
+        model(x)
+    model(x)  # third call: not the faulty step
+    other = torch.nn.Linear(2, 1)  # a restarted worker: the marker says it already fired
+    faults.install(other, rank=0)
+    other(x)
+    other(x)
+    assert (tmp_path / "crash-rank0-step2.fired").is_file()
+    assert (tmp_path / "attempts.log").read_text().count("rank0") == 2
+
+
+def test_settings_are_checked() -> None:
+    cfg = Config()
+    cfg.cluster.num_workers = 3
+    cfg.train.batch_size = 8
+    with pytest.raises(DistributedTrainingError, match="divisible by cluster.num_workers=3"):
+        check_settings(cfg)
+    cfg.cluster.num_workers = 2
+    check_settings(cfg)
+    assert backend_for(cfg) == "gloo"
+    cfg.cluster.backend = "nccl"
+    with pytest.raises(DistributedTrainingError, match="use_gpu"):
+        backend_for(cfg)

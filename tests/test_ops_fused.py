@@ -1,0 +1,236 @@
+"""Parity of the fused Triton (and torch-scatter) message passing with the naive oracle.
+
+On CPU the Triton kernels run under ``TRITON_INTERPRET=1`` (set here before triton is imported
+when no CUDA device is present), so graphs are tiny; GPU-only checks are marked ``gpu``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+pytest.importorskip("triton")
+import triton.language as tl  # noqa: E402
+
+from cmpnn_dist.graph import Graph, graph_from_triples  # noqa: E402
+from cmpnn_dist.ops import naive  # noqa: E402
+from cmpnn_dist.ops import triton_mp as fused  # noqa: E402
+
+if not torch.cuda.is_available() and type(tl.zeros).__name__ != "InterpretedFunction":
+    pytest.skip(
+        "triton was imported before TRITON_INTERPRET=1 was set; set it in tests/conftest.py",
+        allow_module_level=True,
+    )
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+AGGS = ("sum", "sumsq", "max", "min")
+KINDS = ("mul2", "mul1", "basis")
+
+
+def random_graph(n: int, num_rel: int, num_facts: int, seed: int, hub_facts: int = 0) -> Graph:
+    """Random facts on nodes 0..n-3 (n-2, n-1 isolated), a hub at node 0, no duplicates."""
+    rng = np.random.default_rng(seed)
+    h = rng.integers(0, n - 2, num_facts)
+    r = rng.integers(0, num_rel, num_facts)
+    t = rng.integers(0, n - 2, num_facts)
+    t[:hub_facts] = 0
+    facts = np.unique(np.stack([h, r, t], 1), axis=0)
+    return graph_from_triples(n, num_rel, facts)
+
+
+def make_relation(kind: str, g: Graph, b: int, d: int, dtype: torch.dtype, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, dtype=dtype).to(DEV).requires_grad_()
+
+    if kind == "mul2":
+        return "mul", rand(g.num_relations, d)
+    if kind == "mul1":
+        return "mul", rand(b, g.num_relations, d)
+    return "basis", (rand(3, d, d), rand(g.num_relations, 3))
+
+
+def params(x: torch.Tensor, relation) -> list[torch.Tensor]:
+    return [x, *(relation if isinstance(relation, tuple) else (relation,))]
+
+
+@pytest.fixture(scope="module")
+def graph() -> Graph:
+    return random_graph(14, 3, 45, seed=1, hub_facts=12).to(DEV)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("masked", [False, True])
+def test_forward_and_grad_parity(graph: Graph, kind: str, masked: bool) -> None:
+    b, d = 2, 3
+    x = torch.randn(graph.num_nodes, b, d, dtype=torch.float64, device=DEV, requires_grad=True)
+    message, relation = make_relation(kind, graph, b, d, torch.float64)
+    mask = None
+    if masked:
+        mask = torch.rand(graph.num_edges, generator=torch.Generator().manual_seed(3)) > 0.25
+        mask = mask.to(DEV)
+    # max_edges=4 splits the hub (and other rows) into several work items
+    got = fused.propagate(
+        graph, x, relation, message=message, aggregators=AGGS, edge_mask=mask, max_edges=4
+    )
+    want = naive.propagate(graph, x, relation, message=message, aggregators=AGGS, edge_mask=mask)
+    assert set(got) == set(want) == {*AGGS, "degree"}
+    for key in want:
+        torch.testing.assert_close(got[key], want[key], rtol=1e-10, atol=1e-10)
+    # isolated nodes (n-2, n-1) are zero for every statistic
+    for agg in AGGS:
+        assert got[agg][-2:].abs().max() == 0
+    weights = {a: torch.randn_like(want[a]) for a in AGGS}
+    loss_got = sum((got[a] * weights[a]).sum() for a in AGGS)
+    loss_want = sum((want[a] * weights[a]).sum() for a in AGGS)
+    g_got = torch.autograd.grad(loss_got, params(x, relation))
+    g_want = torch.autograd.grad(loss_want, params(x, relation))
+    for a, b_ in zip(g_got, g_want, strict=True):
+        torch.testing.assert_close(a, b_, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("aggs", [("sum",), ("sumsq",), ("max",), ("min",), ("sum", "max")])
+def test_single_aggregator_grads(graph: Graph, aggs: tuple[str, ...]) -> None:
+    """Each statistic alone (the backward kernels specialise on which grads exist)."""
+    x = torch.randn(graph.num_nodes, 2, 4, dtype=torch.float64, device=DEV, requires_grad=True)
+    message, relation = make_relation("mul1", graph, 2, 4, torch.float64, seed=5)
+    got = fused.propagate(graph, x, relation, message=message, aggregators=aggs)
+    want = naive.propagate(graph, x, relation, message=message, aggregators=aggs)
+    loss = [sum(out[a].sum() * (i + 1) for i, a in enumerate(aggs)) for out in (got, want)]
+    for a, b_ in zip(
+        torch.autograd.grad(loss[0], params(x, relation)),
+        torch.autograd.grad(loss[1], params(x, relation)),
+        strict=True,
+    ):
+        torch.testing.assert_close(a, b_, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize(("kind", "aggs"), [("mul1", AGGS), ("mul2", ("sum", "sumsq")),
+                                            ("basis", ("sum", "sumsq", "max"))])  # fmt: skip
+def test_gradcheck(kind: str, aggs: tuple[str, ...]) -> None:
+    g = random_graph(6, 2, 9, seed=7, hub_facts=3).to(DEV)
+    x = torch.randn(g.num_nodes, 2, 2, dtype=torch.float64, device=DEV, requires_grad=True)
+    message, relation = make_relation(kind, g, 2, 2, torch.float64, seed=2)
+    mask = torch.ones(g.num_edges, dtype=torch.bool, device=DEV)
+    mask[1] = False
+
+    def fn(*ps: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        rel = ps[1] if kind != "basis" else (ps[1], ps[2])
+        out = fused.propagate(
+            g, ps[0], rel, message=message, aggregators=aggs, edge_mask=mask, max_edges=2
+        )
+        return tuple(out[a] for a in aggs)
+
+    assert torch.autograd.gradcheck(
+        fn, tuple(params(x, relation)), eps=1e-6, atol=1e-5, fast_mode=True
+    )
+
+
+def test_float32_and_no_edges() -> None:
+    """float32 accumulation path; a graph whose every edge is masked gives zeros."""
+    g = random_graph(10, 2, 20, seed=4).to(DEV)
+    x = torch.randn(g.num_nodes, 3, 4, device=DEV)
+    message, relation = make_relation("mul2", g, 3, 4, torch.float32)
+    got = fused.propagate(g, x, relation, message=message, aggregators=AGGS)
+    want = naive.propagate(g, x, relation, message=message, aggregators=AGGS)
+    for key in want:
+        torch.testing.assert_close(got[key], want[key], rtol=1e-5, atol=1e-5)
+    none = torch.zeros(g.num_edges, dtype=torch.bool, device=DEV)
+    empty = fused.propagate(g, x, relation, message=message, aggregators=AGGS, edge_mask=none)
+    for key in (*AGGS, "degree"):
+        assert empty[key].abs().max() == 0
+
+
+def test_transposed_csr_cached(graph: Graph) -> None:
+    prep = fused.prepare(graph, torch.device(DEV))
+    assert fused.prepare(graph, torch.device(DEV)) is prep
+    src, dst = graph.src.cpu(), graph.dst().cpu()
+    eid = prep["t_eid"].long().cpu()
+    # the source-sorted order lists every edge once, grouped by source, same dst / rel
+    assert torch.equal(torch.sort(eid).values, torch.arange(graph.num_edges))
+    assert torch.all(src[eid].diff() >= 0)
+    assert torch.equal(prep["t_dst"].long().cpu(), dst[eid])
+    assert torch.equal(prep["t_rel"].long().cpu(), graph.rel.cpu()[eid])
+    rid = prep["r_eid"].long().cpu()
+    assert torch.all(graph.rel.cpu()[rid].diff() >= 0)
+
+
+def test_bad_aggregator(graph: Graph) -> None:
+    x = torch.randn(graph.num_nodes, 1, 2, device=DEV)
+    rel = torch.randn(graph.num_relations, 2, device=DEV)
+    with pytest.raises(ValueError, match="mean"):
+        fused.propagate(graph, x, rel, message="mul", aggregators=("mean",))
+
+
+def test_scatter_impl_parity(graph: Graph) -> None:
+    pytest.importorskip("torch_scatter")
+    from cmpnn_dist.ops import scatter
+
+    x = torch.randn(graph.num_nodes, 2, 3, dtype=torch.float64, device=DEV, requires_grad=True)
+    for kind in KINDS:
+        message, relation = make_relation(kind, graph, 2, 3, torch.float64)
+        mask = torch.rand(graph.num_edges, device=DEV) > 0.3
+        kw = dict(message=message, aggregators=AGGS, edge_mask=mask)
+        got = scatter.propagate(graph, x, relation, chunk_elements=30, **kw)
+        want = naive.propagate(graph, x, relation, **kw)
+        for key in want:
+            torch.testing.assert_close(got[key], want[key])
+        loss = [sum(o[a].sum() for a in AGGS) for o in (got, want)]
+        ps = params(x, relation)
+        for a, b_ in zip(torch.autograd.grad(loss[0], ps), torch.autograd.grad(loss[1], ps),
+                         strict=True):  # fmt: skip
+            torch.testing.assert_close(a, b_)
+
+
+# ------------------------------------------------------------------ GPU only
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", KINDS)
+def test_gpu_float32_large_hub(kind: str) -> None:
+    """Autotuned kernels on a graph with a hub far above max_edges, float32."""
+    g = random_graph(3000, 8, 60000, seed=11, hub_facts=5000).to("cuda")
+    b, d = 4, 32
+    x = torch.randn(g.num_nodes, b, d, device="cuda", requires_grad=True)
+    message, relation = make_relation(kind, g, b, d, torch.float32)
+    mask = torch.rand(g.num_edges, device="cuda") > 0.1
+    got = fused.propagate(g, x, relation, message=message, aggregators=AGGS, edge_mask=mask)
+    want = naive.propagate(g, x, relation, message=message, aggregators=AGGS, edge_mask=mask)
+    for key in want:
+        torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=1e-3)
+    ps = params(x, relation)
+    w = {a: torch.randn_like(want[a]) for a in AGGS}
+    ga = torch.autograd.grad(sum((got[a] * w[a]).sum() for a in AGGS), ps)
+    gb = torch.autograd.grad(sum((want[a] * w[a]).sum() for a in AGGS), ps)
+    for a, b_ in zip(ga, gb, strict=True):
+        torch.testing.assert_close(a, b_, rtol=1e-3, atol=1e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", KINDS)
+def test_gpu_bfloat16_tolerance(kind: str) -> None:
+    """bfloat16 inputs, float32 accumulation: close to the float32 oracle."""
+    g = random_graph(3000, 8, 60000, seed=12, hub_facts=3000).to("cuda")
+    b, d = 8, 32
+    x = torch.randn(g.num_nodes, b, d, device="cuda")
+    message, relation = make_relation(kind, g, b, d, torch.float32)
+    rel_bf = tuple(t.detach().bfloat16() for t in relation) if kind == "basis" else None
+    rel_bf = rel_bf if rel_bf is not None else relation.detach().bfloat16()
+    xb = x.bfloat16().requires_grad_()
+    got = fused.propagate(g, xb, rel_bf, message=message, aggregators=AGGS)
+    want = naive.propagate(
+        g, xb.detach().float(), tuple(t.float() for t in rel_bf) if kind == "basis"
+        else rel_bf.float(), message=message, aggregators=AGGS,
+    )  # fmt: skip
+    for key in AGGS:
+        assert got[key].dtype == torch.bfloat16
+        err = (got[key].float() - want[key]).abs().max() / want[key].abs().max()
+        assert err < 2e-2, (key, float(err))
+    got["sum"].float().sum().backward()
+    assert xb.grad is not None and xb.grad.dtype == torch.bfloat16
+    assert torch.isfinite(xb.grad.float()).all()
