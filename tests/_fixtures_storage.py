@@ -39,8 +39,11 @@ def reference_csr(n: int, r: int, facts: np.ndarray) -> tuple[np.ndarray, ...]:
 # --------------------------------------------------------------------------- OGB
 OGB_TYPES = {"disease": 4, "drug": 5, "protein": 6}
 # (head type, relation name, tail type, relation id)
-OGB_TRIPLETS = [("drug", "drug-disease", "disease", 0), ("drug", "drug-protein", "protein", 1),
-                ("protein", "protein-protein", "protein", 2)]
+OGB_TRIPLETS = [
+    ("drug", "drug-disease", "disease", 0),
+    ("drug", "drug-protein", "protein", 1),
+    ("protein", "protein-protein", "protein", 2),
+]
 
 
 def _csv_gz(path: Path, lines: list[str]) -> None:
@@ -60,15 +63,19 @@ def write_ogb_biokg(root: Path, seed: int = 0, num_neg: int = 7) -> dict:
     (d / "RELEASE_v1.txt").parent.mkdir(parents=True, exist_ok=True)
     (d / "RELEASE_v1.txt").write_text("ogbl-biokg v1 (test fixture)\n")
     types = sorted(OGB_TYPES)
-    _csv_gz(d / "raw" / "num-node-dict.csv.gz",
-            [",".join(types), ",".join(str(OGB_TYPES[t]) for t in types)])
+    _csv_gz(
+        d / "raw" / "num-node-dict.csv.gz",
+        [",".join(types), ",".join(str(OGB_TYPES[t]) for t in types)],
+    )
     _csv_gz(d / "raw" / "triplet-type-list.csv.gz", [f"{h},{r},{t}" for h, r, t, _ in OGB_TRIPLETS])
-    offsets = dict(zip(types, np.cumsum([0] + [OGB_TYPES[t] for t in types])[:-1].tolist(),
-                       strict=True))
+    offsets = dict(
+        zip(types, np.cumsum([0] + [OGB_TYPES[t] for t in types])[:-1].tolist(), strict=True)
+    )
     rows = {"train": [], "valid": [], "test": []}
     for ht, rname, tt, rid in OGB_TRIPLETS:
-        pairs = {(int(rng.integers(OGB_TYPES[ht])), int(rng.integers(OGB_TYPES[tt])))
-                 for _ in range(12)}
+        pairs = {
+            (int(rng.integers(OGB_TYPES[ht])), int(rng.integers(OGB_TYPES[tt]))) for _ in range(12)
+        }
         pairs = sorted(pairs)
         sub = d / "raw" / "relations" / f"{ht}___{rname}___{tt}"
         _csv_gz(sub / "edge.csv.gz", [f"{a},{b}" for a, b in pairs])
@@ -81,18 +88,24 @@ def write_ogb_biokg(root: Path, seed: int = 0, num_neg: int = 7) -> dict:
     split_dir = d / "split" / "random"
     split_dir.mkdir(parents=True, exist_ok=True)
     for split, rs in rows.items():
-        dd = {"head": torch.tensor([x[0] for x in rs]), "relation": torch.tensor([x[1] for x in rs]),
-              "tail": torch.tensor([x[2] for x in rs]),
-              "head_type": [x[3] for x in rs], "tail_type": [x[4] for x in rs]}
-        expected[split] = np.array([[offsets[x[3]] + x[0], x[1], offsets[x[4]] + x[2]]
-                                    for x in rs], dtype=np.int64)
+        dd = {
+            "head": torch.tensor([x[0] for x in rs]),
+            "relation": torch.tensor([x[1] for x in rs]),
+            "tail": torch.tensor([x[2] for x in rs]),
+            "head_type": [x[3] for x in rs],
+            "tail_type": [x[4] for x in rs],
+        }
+        expected[split] = np.array(
+            [[offsets[x[3]] + x[0], x[1], offsets[x[4]] + x[2]] for x in rs], dtype=np.int64
+        )
         if split != "train":
             hn = torch.stack([torch.randint(OGB_TYPES[x[3]], (num_neg,)) for x in rs])
             tn = torch.stack([torch.randint(OGB_TYPES[x[4]], (num_neg,)) for x in rs])
             dd["head_neg"], dd["tail_neg"] = hn, tn
             expected[f"{split}_neg"] = {
                 "head_neg": hn.numpy() + np.array([offsets[x[3]] for x in rs])[:, None],
-                "tail_neg": tn.numpy() + np.array([offsets[x[4]] for x in rs])[:, None]}
+                "tail_neg": tn.numpy() + np.array([offsets[x[4]] for x in rs])[:, None],
+            }
         torch.save(dd, split_dir / f"{split}.pt")
     expected["types"] = types
     expected["num_nodes"] = sum(OGB_TYPES.values())
@@ -102,15 +115,19 @@ def write_ogb_biokg(root: Path, seed: int = 0, num_neg: int = 7) -> dict:
 # --------------------------------------------------------------------------- Hetionet
 def write_hetionet(folder: Path, header: bool = True) -> dict[str, list[tuple[str, str, str]]]:
     rows = {
-        "train": [("Compound::DB00001", "CtD", "Disease::DOID:1234"),
-                  ("Compound::DB00002", "CtD", "Disease::DOID:1234"),
-                  ("Gene::100", "GiG", "Gene::200"),
-                  ("Compound::DB00001", "CbG", "Gene::100"),
-                  ("Compound::DB00002", "CbG", "Gene::200"),
-                  ("Disease::DOID:9", "DaG", "Gene::200")],
+        "train": [
+            ("Compound::DB00001", "CtD", "Disease::DOID:1234"),
+            ("Compound::DB00002", "CtD", "Disease::DOID:1234"),
+            ("Gene::100", "GiG", "Gene::200"),
+            ("Compound::DB00001", "CbG", "Gene::100"),
+            ("Compound::DB00002", "CbG", "Gene::200"),
+            ("Disease::DOID:9", "DaG", "Gene::200"),
+        ],
         "valid": [("Compound::DB00001", "CtD", "Disease::DOID:9")],
-        "test": [("Compound::DB00002", "CtD", "Disease::DOID:9"),
-                 ("Gene::200", "GiG", "Gene::100")],
+        "test": [
+            ("Compound::DB00002", "CtD", "Disease::DOID:9"),
+            ("Gene::200", "GiG", "Gene::100"),
+        ],
     }
     for split, rs in rows.items():
         lines = (["source\tmetaedge\ttarget"] if header else []) + ["\t".join(r) for r in rs]

@@ -60,7 +60,9 @@ VARIANTS = [
 ]
 
 
-@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()))
+@pytest.mark.parametrize(
+    "variant", VARIANTS, ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items())
+)
 def test_each_design_option_changes_the_output(variant):
     graph = graph_from_triples(10, NUM_REL, random_facts())
     base = build(small_cfg())

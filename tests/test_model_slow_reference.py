@@ -94,13 +94,13 @@ CONFIGS = [
 ]
 
 
-@pytest.mark.parametrize("options", CONFIGS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+@pytest.mark.parametrize(
+    "options", CONFIGS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items())
+)
 def test_batched_equals_per_pair(options):
     rng = np.random.default_rng(11)
     facts = np.unique(
-        np.stack(
-            [rng.integers(0, 6, 10), rng.integers(0, NUM_REL, 10), rng.integers(0, 6, 10)], 1
-        ),
+        np.stack([rng.integers(0, 6, 10), rng.integers(0, NUM_REL, 10), rng.integers(0, 6, 10)], 1),
         axis=0,
     )  # node 6 stays isolated
     graph = graph_from_triples(NUM_NODES, NUM_REL, facts)

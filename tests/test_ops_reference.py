@@ -16,9 +16,15 @@ AGGS = ("sum", "sumsq", "max", "min")
 def _graph(num_nodes=12, num_rel=3, seed=0):
     """Random facts plus a hub (node 0 receives from almost everyone) and isolated nodes 10, 11."""
     rng = np.random.default_rng(seed)
-    facts = [(int(h), int(r), int(t)) for h, r, t in zip(
-        rng.integers(1, 9, 20), rng.integers(0, num_rel, 20), rng.integers(1, 9, 20), strict=True
-    )]
+    facts = [
+        (int(h), int(r), int(t))
+        for h, r, t in zip(
+            rng.integers(1, 9, 20),
+            rng.integers(0, num_rel, 20),
+            rng.integers(1, 9, 20),
+            strict=True,
+        )
+    ]
     facts += [(h, h % num_rel, 0) for h in range(1, 10)]  # hub: 9 in-edges, 9 out (inverse)
     facts = sorted(set(facts))
     return graph_from_triples(num_nodes, num_rel, np.array(facts))
@@ -58,10 +64,19 @@ def test_reference_matches_naive_values_and_gradients(message, per_query, masked
     outs = {}
     grads = {}
     for impl in ("naive", "reference"):
-        res = propagate(graph, x, relation, message=message, aggregators=AGGS, edge_mask=mask,
-                        impl=impl, chunk_elements=chunk_elements)
-        weights = torch.randn(4, *x.shape, generator=torch.Generator().manual_seed(2),
-                              dtype=torch.float64)
+        res = propagate(
+            graph,
+            x,
+            relation,
+            message=message,
+            aggregators=AGGS,
+            edge_mask=mask,
+            impl=impl,
+            chunk_elements=chunk_elements,
+        )
+        weights = torch.randn(
+            4, *x.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64
+        )
         loss = sum((res[a] * weights[i]).sum() for i, a in enumerate(AGGS))
         grads[impl] = torch.autograd.grad(loss, [x, *_leaves(relation)])
         outs[impl] = res
@@ -92,8 +107,16 @@ def test_reference_gradcheck(message, per_query):
 
     def fn(x, *rel):
         r = tuple(rel) if message == "basis" else rel[0]
-        res = propagate(graph, x, r, message=message, aggregators=AGGS, edge_mask=mask,
-                        impl="reference", chunk_elements=4)
+        res = propagate(
+            graph,
+            x,
+            r,
+            message=message,
+            aggregators=AGGS,
+            edge_mask=mask,
+            impl="reference",
+            chunk_elements=4,
+        )
         return tuple(res[a] for a in AGGS)
 
     assert torch.autograd.gradcheck(fn, (x, *_leaves(relation)))
@@ -137,8 +160,15 @@ def test_reference_never_materialises_all_messages():
         for impl, small in (("naive", False), ("reference", True)):
             Biggest.size = 0
             with Biggest():
-                res = propagate(graph, x, rel, message=message, aggregators=AGGS, impl=impl,
-                                chunk_elements=batch * dim * 8)
+                res = propagate(
+                    graph,
+                    x,
+                    rel,
+                    message=message,
+                    aggregators=AGGS,
+                    impl=impl,
+                    chunk_elements=batch * dim * 8,
+                )
                 sum(v.sum() for k, v in res.items() if k != "degree").backward()
             assert (Biggest.size < full // 2) == small, (message, impl, Biggest.size, full)
 
@@ -153,5 +183,35 @@ def test_impl_registry():
     with pytest.raises(ValueError, match="relation must be"):
         propagate(graph, x, torch.zeros(3, 2), message="mul", aggregators=["sum"])
     with pytest.raises(ValueError, match="aggregators"):
-        propagate(graph, x, torch.zeros(graph.num_relations, 2), message="mul",
-                  aggregators=["mean"])
+        propagate(
+            graph, x, torch.zeros(graph.num_relations, 2), message="mul", aggregators=["mean"]
+        )
+
+
+@pytest.mark.parametrize("message,per_query", CASES)
+def test_reference_matches_naive_with_tied_messages(message, per_query):
+    """Zero source states (as in h^(0)) make many messages tie in max / min: the gradient is
+    shared evenly between tied edges in both implementations."""
+    graph = _graph(seed=5)
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(graph.num_nodes, 2, 3, generator=gen, dtype=torch.float64)
+    x[2:] = 0.0
+    x[0, 0, :2] = 0.0
+    x.requires_grad_()
+    relation = _relation(message, graph, 2, 3, gen, per_query)
+    grads = []
+    for impl in ("naive", "reference"):
+        res = propagate(
+            graph,
+            x,
+            relation,
+            message=message,
+            aggregators=("max", "min", "sumsq"),
+            impl=impl,
+            chunk_elements=1,
+        )
+        loss = (res["max"] * 1.5 - res["min"] * 0.5).sum() + res["sumsq"].sum()
+        grads.append(torch.autograd.grad(loss, [x, *_leaves(relation)]))
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b)
+    assert grads[0][0].abs().sum() > 0

@@ -14,12 +14,22 @@ from cmpnn_dist.storage.format import shard_boundaries
 
 
 def _write(tmp_path, facts, n, r, shards=3, types=None, name="ds", **kw):
-    graph = GraphSpec(n, [f"e{i}" for i in range(n)], types,
-                      {"train": facts, "valid": facts[:4], "test": facts[4:9]})
-    return write_dataset(tmp_path / name, name=name, relation_names=[f"r{i}" for i in range(r)],
-                         graphs={"train": graph}, inductive=False,
-                         node_type_names=["A", "B"] if types is not None else [],
-                         num_shards=shards, **kw)
+    graph = GraphSpec(
+        n,
+        [f"e{i}" for i in range(n)],
+        types,
+        {"train": facts, "valid": facts[:4], "test": facts[4:9]},
+    )
+    return write_dataset(
+        tmp_path / name,
+        name=name,
+        relation_names=[f"r{i}" for i in range(r)],
+        graphs={"train": graph},
+        inductive=False,
+        node_type_names=["A", "B"] if types is not None else [],
+        num_shards=shards,
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("seed,n,r,f", [(0, 40, 3, 150), (1, 7, 1, 30), (2, 300, 9, 2000)])
@@ -31,8 +41,9 @@ def test_fast_csr_equals_reference(seed, n, r, f):
         np.testing.assert_array_equal(a, b)
     for a, b in zip(got, build_csr(n, r, facts), strict=True):
         np.testing.assert_array_equal(a, b)
-    for a, b in zip(fast_csr(n, r, facts, add_inverse=False), build_csr(n, r, facts, False),
-                    strict=True):
+    for a, b in zip(
+        fast_csr(n, r, facts, add_inverse=False), build_csr(n, r, facts, False), strict=True
+    ):
         np.testing.assert_array_equal(a, b)
 
 
@@ -40,7 +51,7 @@ def test_fast_csr_overflow_fallback(monkeypatch):
     import cmpnn_dist.storage.csr as csr
 
     facts = random_facts(np.random.default_rng(5), 30, 2, 100)
-    monkeypatch.setattr(csr, "_INT64_MAX", 10)  # force the "key would overflow" branch
+    monkeypatch.setattr(csr, "_INT64_MAX", 10)  # force the "key needs > 63 bits" branch
     for a, b in zip(csr.fast_csr(30, 2, facts), reference_csr(30, 2, facts), strict=True):
         np.testing.assert_array_equal(a, b)
 
@@ -75,7 +86,7 @@ def test_roundtrip_equals_numpy(tmp_path, shards):
         assert a.node_end == b.node_start
     for s in parts:
         lo, hi = indptr[s.node_start], indptr[s.node_end]
-        np.testing.assert_array_equal(s.indptr.numpy(), indptr[s.node_start:s.node_end + 1] - lo)
+        np.testing.assert_array_equal(s.indptr.numpy(), indptr[s.node_start : s.node_end + 1] - lo)
         np.testing.assert_array_equal(s.src.numpy(), src[lo:hi])
         np.testing.assert_array_equal(s.rel.numpy(), rel[lo:hi])
 
@@ -83,9 +94,16 @@ def test_roundtrip_equals_numpy(tmp_path, shards):
 def test_inverse_edges_and_row_order(tmp_path):
     facts = np.array([[0, 0, 1], [2, 1, 1], [1, 0, 2], [0, 1, 1]])
     g = open_dataset(_write(tmp_path, facts, 3, 2, shards=1)).graph_data().graph()
-    rows = {v: list(zip(g.src[g.indptr[v]:g.indptr[v + 1]].tolist(),
-                        g.rel[g.indptr[v]:g.indptr[v + 1]].tolist(), strict=True))
-            for v in range(3)}
+    rows = {
+        v: list(
+            zip(
+                g.src[g.indptr[v] : g.indptr[v + 1]].tolist(),
+                g.rel[g.indptr[v] : g.indptr[v + 1]].tolist(),
+                strict=True,
+            )
+        )
+        for v in range(3)
+    }
     # hand-computed: node 1 receives 0-r0->1, 0-r1->1, 2-r1->1 and the inverse of (1,r0,2)
     assert rows[1] == [(0, 0), (0, 1), (2, 1), (2, 2)]
     assert rows[0] == [(1, 2), (1, 3)]  # inverses of (0,0,1) and (0,1,1): rel + |R|
@@ -122,8 +140,9 @@ def test_zero_copy_views_of_the_mapped_file(tmp_path):
     for s in shards:
         spans = ranges[str(s.path)]
         for t in (s.indptr, s.src, s.rel):
-            assert any(a <= t.data_ptr() and t.data_ptr() + 8 * t.numel() <= b
-                       for a, b in spans), f"{s.path}: tensor is not a view of the mapping"
+            assert any(a <= t.data_ptr() and t.data_ptr() + 8 * t.numel() <= b for a, b in spans), (
+                f"{s.path}: tensor is not a view of the mapping"
+            )
     # one shard: graph() hands out the views themselves
     g1 = open_dataset(_write(tmp_path, facts, 50, 2, shards=1, name="one")).graph_data()
     assert g1.graph().src.data_ptr() == g1.shards()[0].src.data_ptr()
@@ -146,30 +165,60 @@ def test_open_shard_range(tmp_path):
 def test_empty_splits_and_negatives(tmp_path):
     facts = np.array([[0, 0, 1], [1, 0, 2]])
     g = GraphSpec(3, ["a", "b", "c"], None, {"train": facts})
-    neg = {"test": {"head_neg": np.array([[0, 1, 2], [2, 1, 0]]),
-                    "tail_neg": np.array([[1, 1, 1], [0, 0, 0]])}}
-    path = write_dataset(tmp_path / "d", name="d", relation_names=["r"], graphs={"train": g},
-                         inductive=False, negatives=neg, num_shards=2)
+    neg = {
+        "test": {
+            "head_neg": np.array([[0, 1, 2], [2, 1, 0]]),
+            "tail_neg": np.array([[1, 1, 1], [0, 0, 0]]),
+        }
+    }
+    path = write_dataset(
+        tmp_path / "d",
+        name="d",
+        relation_names=["r"],
+        graphs={"train": g},
+        inductive=False,
+        negatives=neg,
+        num_shards=2,
+    )
     ds = open_dataset(path, verify=True)
     assert ds.graph_data().facts("valid").shape == (0, 3)
     assert ds.graph_data().node_types is None
     assert ds.negatives("valid") is None
-    np.testing.assert_array_equal(ds.negatives("test")["head_neg"].numpy(),
-                                  neg["test"]["head_neg"])
-    np.testing.assert_array_equal(ds.negatives("test")["tail_neg"].numpy(),
-                                  neg["test"]["tail_neg"])
+    np.testing.assert_array_equal(ds.negatives("test")["head_neg"].numpy(), neg["test"]["head_neg"])
+    np.testing.assert_array_equal(ds.negatives("test")["tail_neg"].numpy(), neg["test"]["tail_neg"])
 
 
 def test_inductive_two_graphs(tmp_path):
-    a = GraphSpec(3, ["a", "b", "c"], None, {"train": np.array([[0, 0, 1]]),
-                                               "valid": np.array([[1, 0, 2]])})
-    b = GraphSpec(2, ["x", "y"], None, {"train": np.array([[1, 0, 0]]),
-                                          "test": np.array([[0, 0, 1]])})
-    ds = open_dataset(write_dataset(tmp_path / "i", name="i", relation_names=["r"],
-                                    graphs={"train": a, "test": b}, inductive=True))
+    a = GraphSpec(
+        3, ["a", "b", "c"], None, {"train": np.array([[0, 0, 1]]), "valid": np.array([[1, 0, 2]])}
+    )
+    b = GraphSpec(
+        2, ["x", "y"], None, {"train": np.array([[1, 0, 0]]), "test": np.array([[0, 0, 1]])}
+    )
+    ds = open_dataset(
+        write_dataset(
+            tmp_path / "i",
+            name="i",
+            relation_names=["r"],
+            graphs={"train": a, "test": b},
+            inductive=True,
+        )
+    )
     assert ds.inductive and ds.graph_names == ["train", "test"]
     assert ds.graph_data("test").num_nodes == 2
     assert ds.graph_data("test").facts("test").tolist() == [[0, 0, 1]]
     assert ds.graph_data("test").graph().num_edges == 2
     with pytest.raises(KeyError):
         ds.graph_data("other")
+
+
+@pytest.mark.parametrize("force_fallback", [False, True])
+def test_duplicate_edge_count(monkeypatch, force_fallback):
+    import cmpnn_dist.storage.csr as csr
+
+    if force_fallback:
+        monkeypatch.setattr(csr, "_INT64_MAX", 10)
+    facts = np.array([[0, 0, 1], [1, 1, 2], [0, 0, 1], [2, 0, 0], [0, 0, 1]])
+    *_, dups = csr.csr_and_duplicates(3, 2, facts)
+    assert dups == 4  # the fact (0,0,1) twice more: 2 forward + 2 inverse repeats
+    assert csr.csr_and_duplicates(3, 2, facts[:2])[3] == 0

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from cmpnn_dist.config import Config
+from cmpnn_dist.model import CMPNN
 from cmpnn_dist.training.checkpoint import (
     CheckpointError,
     find_latest_valid,
@@ -19,7 +20,7 @@ from cmpnn_dist.training.checkpoint import (
     load_checkpoint,
 )
 from cmpnn_dist.training.data import TrainData, train_data_from_triples
-from cmpnn_dist.training.loop import fit
+from cmpnn_dist.training.loop import evaluate_split, fit
 
 
 def rule_kg(num_nodes: int = 48, seed: int = 0) -> TrainData:
@@ -51,9 +52,9 @@ def rule_kg(num_nodes: int = 48, seed: int = 0) -> TrainData:
 
 def small_cfg(**train) -> Config:
     cfg = Config()
-    cfg.model.num_layers = 3
-    cfg.model.hidden_dim = 16
-    cfg.model.decoder_hidden_dim = 16
+    cfg.model.num_layers = 2
+    cfg.model.hidden_dim = 8
+    cfg.model.decoder_hidden_dim = 8
     cfg.ops.impl = "reference"
     cfg.train.batch_size = 8
     cfg.train.num_negatives = 8
@@ -153,7 +154,7 @@ def test_checkpoint_contents_and_pruning(data, reference_run):
     for key in ("model", "optimizer", "scheduler", "sampler", "rng", "config", "history", "best"):
         assert key in state
     assert set(state["rng"]) == {"python", "numpy", "torch", "cuda"}
-    assert state["config"]["model"]["hidden_dim"] == 16
+    assert state["config"]["model"]["hidden_dim"] == 8
     assert state["sampler"]["epoch"] == 2 and state["sampler"]["position"] == 0
     assert state["step"] == 2 * per_epoch
     _assert_same_weights(state["model"], reference_run.final_state)
@@ -163,7 +164,7 @@ def test_model_config_mismatch_is_a_clear_error(data, reference_run, tmp_path):
     with pytest.raises(Crash):
         fit(small_cfg(), data, run_dir=tmp_path, on_step=_crash_at(6))
     cfg = small_cfg()
-    cfg.model.hidden_dim = 8
+    cfg.model.hidden_dim = 4
     with pytest.raises(CheckpointError, match="model config"):
         fit(cfg, data, run_dir=tmp_path)
     cfg = small_cfg()
@@ -179,16 +180,21 @@ def test_fit_leaves_global_determinism_flag(data, tmp_path):
 
 
 def test_short_run_learns_rules(tmp_path):
-    data = rule_kg(64, seed=1)
-    cfg = small_cfg(epochs=6)
+    data = rule_kg(48, seed=1)
+    cfg = small_cfg(epochs=2, batch_size=16)
+    cfg.model.num_layers = 3
     cfg.model.hidden_dim = 32
     cfg.model.decoder_hidden_dim = 32
     cfg.train.deterministic = False
     cfg.checkpoint.every_steps = None
+    torch.manual_seed(cfg.train.seed)  # fit seeds the same way: the same initial weights
+    untrained = CMPNN(cfg.model, data.num_relations, cfg.ops)
+    before = evaluate_split(untrained, data.test, data.test.graph, cfg, data.num_relations)
     res = fit(cfg, data, run_dir=tmp_path)
-    # random ranking over 64 candidates gives MRR ~ 0.07
-    assert res.test["mrr"] >= 0.5, res.test
-    assert res.best_valid["mrr"] >= 0.5
+    # measured: untrained ~0.07-0.18 MRR (random over 48 candidates ~0.09), trained 1.0
+    assert before["mrr"] < 0.3
+    assert res.test["mrr"] >= 0.8, res.test
+    assert res.best_valid["mrr"] >= 0.8
     losses = [r["loss"] for r in res.history if r["kind"] == "train"]
-    k = len(losses) // 5
+    k = len(losses) // 4
     assert sum(losses[-k:]) / k < 0.7 * sum(losses[:k]) / k

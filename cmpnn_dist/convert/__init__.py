@@ -14,8 +14,16 @@ from typing import Any
 from cmpnn_dist.storage.errors import StorageError
 from cmpnn_dist.storage.writer import write_dataset
 
-SOURCES = ("tsv:transductive", "tsv:inductive", "ogb:biokg", "hetionet", "synthetic:rule_kg",
-           "synthetic:rule_kg_inductive", "synthetic:trisqr", "synthetic:biokg_scale")
+SOURCES = (
+    "tsv:transductive",
+    "tsv:inductive",
+    "ogb:biokg",
+    "hetionet",
+    "synthetic:rule_kg",
+    "synthetic:rule_kg_inductive",
+    "synthetic:trisqr",
+    "synthetic:biokg_scale",
+)
 
 
 def convert_source(
@@ -30,8 +38,10 @@ def convert_source(
     """Read/generate ``source`` into ``write_dataset`` keyword arguments (no files written)."""
     if source not in SOURCES:
         raise StorageError(f"unknown source {source!r}; known: {', '.join(SOURCES)}")
-    unseen = {"drop_unseen_entities": drop_unseen_entities,
-              "keep_unseen_entities": keep_unseen_entities}
+    unseen = {
+        "drop_unseen_entities": drop_unseen_entities,
+        "keep_unseen_entities": keep_unseen_entities,
+    }
     if source.startswith("synthetic:"):
         from cmpnn_dist.convert import synthetic as syn
 
@@ -93,12 +103,22 @@ def build_dataset(
     if int(num_shards) < 1:
         raise StorageError(f"num_shards must be >= 1, got {num_shards}")
     t0 = time.perf_counter()
-    kwargs = convert_source(source, raw_path=raw_path, drop_unseen_entities=drop_unseen_entities,
-                            keep_unseen_entities=keep_unseen_entities, synthetic=synthetic,
-                            node_types=node_types)
+    kwargs = convert_source(
+        source,
+        raw_path=raw_path,
+        drop_unseen_entities=drop_unseen_entities,
+        keep_unseen_entities=keep_unseen_entities,
+        synthetic=synthetic,
+        node_types=node_types,
+    )
+    if name is None and source == "ogb:biokg":
+        name = "ogbl-biokg"
     if name is None:
-        name = Path(raw_path).name if raw_path is not None and not source.startswith(
-            "synthetic:") else source.split(":")[-1]
+        name = (
+            Path(raw_path).name
+            if raw_path is not None and not source.startswith("synthetic:")
+            else source.split(":")[-1]
+        )
     meta = dict(kwargs.pop("meta", {}))
     meta.update({"source": source, "convert_seconds": round(time.perf_counter() - t0, 3)})
     return write_dataset(out_dir, name=name, num_shards=int(num_shards), meta=meta, **kwargs)

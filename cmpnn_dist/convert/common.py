@@ -2,7 +2,7 @@
 
 No Python loop runs per fact: vocabularies are ``pyarrow.compute.unique`` + sort, encoding is
 ``pyarrow.compute.index_in`` (hash lookups), de-duplication is one ``torch.sort`` of the
-int64 keys ``(h * |R| + r) * N + t``.
+int64 keys ``h << (bn + br) | r << bn | t`` (bit-packed ids).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
+from cmpnn_dist.storage.csr import bits
 from cmpnn_dist.storage.errors import StorageError
 
 log = logging.getLogger("cmpnn_dist.convert")
@@ -52,7 +53,7 @@ def encode_vocabulary(*columns: pa.ChunkedArray) -> tuple[pa.Array, list[np.ndar
     ids = rank[idx]
     out, pos = [], 0
     for c in columns:
-        out.append(ids[pos:pos + len(c)])
+        out.append(ids[pos : pos + len(c)])
         pos += len(c)
     return dictionary.take(pa.array(order)), out
 
@@ -74,10 +75,10 @@ def dedupe(facts: np.ndarray, num_nodes: int, num_relations: int) -> tuple[np.nd
     facts = np.asarray(facts, dtype=np.int64).reshape(-1, 3)
     if len(facts) < 2:
         return facts, 0
-    n, r = max(num_nodes, 1), max(num_relations, 1)
-    if n * n * r < np.iinfo(np.int64).max:
+    bn, br = bits(num_nodes), bits(num_relations)
+    if 2 * bn + br <= 63:
         t = torch.from_numpy(facts)
-        keys = (t[:, 0] * r + t[:, 1]) * n + t[:, 2]
+        keys = (t[:, 0] << (bn + br)) | (t[:, 1] << bn) | t[:, 2]
         sorted_keys, order = torch.sort(keys, stable=True)
         first = torch.ones(len(keys), dtype=torch.bool)
         first[1:] = sorted_keys[1:] != sorted_keys[:-1]
@@ -136,7 +137,9 @@ def encode_split(
         name = table.column("relation")[row].as_py()
         raise StorageError(
             f"line {line_of_row(path, row, skip_header)}: relation {name!r} never occurs in "
-            f"{what} ({len(bad_r)} facts with unseen relations)", path)
+            f"{what} ({len(bad_r)} facts with unseen relations)",
+            path,
+        )
     bad_e = (h < 0) | (t < 0)
     n_bad = int(bad_e.sum())
     if n_bad and allow_unseen != "drop":
@@ -146,7 +149,9 @@ def encode_split(
             f"line {line_of_row(path, row, skip_header)}: entity {ent!r} never occurs in "
             f"{what} ({n_bad} facts with unseen entities); pass --drop-unseen-entities "
             "(drop_unseen_entities=True) to drop them or --keep-unseen-entities to add them "
-            "as isolated nodes", path)
+            "as isolated nodes",
+            path,
+        )
     facts = np.stack([h, r, t], axis=1)
     if n_bad:
         facts = facts[~bad_e]

@@ -16,8 +16,12 @@ HEADER = b"source\tmetaedge\ttarget"
 def convert_hetionet(
     folder: str | Path, *, drop_unseen_entities: bool = False, keep_unseen_entities: bool = False
 ) -> dict:
-    out = convert_transductive(folder, drop_unseen_entities=drop_unseen_entities,
-                               keep_unseen_entities=keep_unseen_entities, node_types="prefix",
-                               header_line=HEADER)
+    out = convert_transductive(
+        folder,
+        drop_unseen_entities=drop_unseen_entities,
+        keep_unseen_entities=keep_unseen_entities,
+        node_types="prefix",
+        header_line=HEADER,
+    )
     out["meta"]["format"] = "hetionet"
     return out

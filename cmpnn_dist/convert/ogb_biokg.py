@@ -36,11 +36,14 @@ URL = "http://snap.stanford.edu/ogb/data/linkproppred/biokg.zip"
 
 def _missing(root: Path) -> list[str]:
     d = root / DIR
-    need = [d / "RELEASE_v1.txt"] + [d / "split" / "random" / f"{s}.pt"
-                                     for s in ("train", "valid", "test")]
+    need = [d / "RELEASE_v1.txt"] + [
+        d / "split" / "random" / f"{s}.pt" for s in ("train", "valid", "test")
+    ]
     missing = [str(p) for p in need if not p.is_file()]
-    if not ((d / "processed" / "data_processed").is_file()
-            or (d / "raw" / "triplet-type-list.csv.gz").is_file()):
+    if not (
+        (d / "processed" / "data_processed").is_file()
+        or (d / "raw" / "triplet-type-list.csv.gz").is_file()
+    ):
         missing.append(f"{d}/raw/triplet-type-list.csv.gz (or {d}/processed/data_processed)")
     return missing
 
@@ -78,10 +81,10 @@ def _names(root: Path, types: list[str], sizes: list[int]) -> list[str]:
     return out
 
 
-def _global(ids: np.ndarray, kinds: list[str] | np.ndarray, offset: dict[str, int],
-            split: str) -> np.ndarray:
-    kinds = np.asarray(kinds)
-    uniq, inv = np.unique(kinds, return_inverse=True)
+def _global(
+    ids: np.ndarray, kinds: list[str] | np.ndarray, offset: dict[str, int], split: str
+) -> np.ndarray:
+    inv, uniq = pd.factorize(np.asarray(kinds, dtype=object))  # hashing, not sorting
     unknown = [k for k in uniq if k not in offset]
     if unknown:
         raise StorageError(f"split {split}: unknown node type {unknown[0]!r}")
@@ -98,7 +101,9 @@ def convert_biokg(root: str | Path) -> dict:
             f"ogbl-biokg files not found under {root}: missing {', '.join(missing)}. Without "
             f"network access, download {URL} elsewhere and unzip it so that "
             f"{root / DIR}/split/random/train.pt exists (the zip's 'biokg' folder renamed to "
-            f"{DIR}), or point data.raw_path at the folder that holds {DIR}/.", root)
+            f"{DIR}), or point data.raw_path at the folder that holds {DIR}/.",
+            root,
+        )
     from ogb.linkproppred import LinkPropPredDataset
 
     (root / DIR / "processed").mkdir(exist_ok=True)
@@ -109,8 +114,7 @@ def convert_biokg(root: str | Path) -> dict:
     sizes_by_type = {k: int(v) for k, v in graph["num_nodes_dict"].items()}
     types = sorted(sizes_by_type)
     sizes = [sizes_by_type[t] for t in types]
-    offset = dict(zip(types, np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist(),
-                      strict=True))
+    offset = dict(zip(types, np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist(), strict=True))
     num_nodes = int(sum(sizes))
     rel_names: dict[int, str] = {}
     for (_, rname, _), rt in graph.get("edge_reltype", {}).items():
@@ -125,17 +129,25 @@ def convert_biokg(root: str | Path) -> dict:
         facts[s] = np.stack([h, r, t], axis=1)
         if "head_neg" in d:
             negatives[s] = {
-                "head_neg": _global(np.asarray(d["head_neg"], dtype=np.int64), d["head_type"],
-                                    offset, s),
-                "tail_neg": _global(np.asarray(d["tail_neg"], dtype=np.int64), d["tail_type"],
-                                    offset, s)}
-    num_rel = int(max([int(f[:, 1].max()) + 1 for f in facts.values() if len(f)]
-                      + [max(rel_names, default=-1) + 1]))
+                "head_neg": _global(
+                    np.asarray(d["head_neg"], dtype=np.int64), d["head_type"], offset, s
+                ),
+                "tail_neg": _global(
+                    np.asarray(d["tail_neg"], dtype=np.int64), d["tail_type"], offset, s
+                ),
+            }
+    num_rel = int(
+        max(
+            [int(f[:, 1].max()) + 1 for f in facts.values() if len(f)]
+            + [max(rel_names, default=-1) + 1]
+        )
+    )
     mapping = root / DIR / "mapping" / "relidx2relname.csv.gz"
     if mapping.is_file():
         df = pd.read_csv(mapping)
-        rel_names.update(zip(df.iloc[:, 0].astype(int).tolist(),
-                             df.iloc[:, 1].astype(str).tolist(), strict=True))
+        rel_names.update(
+            zip(df.iloc[:, 0].astype(int).tolist(), df.iloc[:, 1].astype(str).tolist(), strict=True)
+        )
     for s in ("train", "valid", "test"):
         if s in negatives:  # keep facts and their negatives aligned: no de-duplication
             stats["duplicates_dropped"][s] = 0
@@ -146,6 +158,11 @@ def convert_biokg(root: str | Path) -> dict:
             log.warning("ogbl-biokg %s: dropped %d duplicate facts", s, dups)
     node_types = np.repeat(np.arange(len(types), dtype=np.int64), sizes)
     spec = GraphSpec(num_nodes, _names(root, types, sizes), node_types, facts)
-    return {"relation_names": [rel_names.get(i, f"relation_{i}") for i in range(num_rel)],
-            "graphs": {"train": spec}, "inductive": False, "node_type_names": types,
-            "negatives": negatives, "meta": {"raw_path": str(root), "stats": stats}}
+    return {
+        "relation_names": [rel_names.get(i, f"relation_{i}") for i in range(num_rel)],
+        "graphs": {"train": spec},
+        "inductive": False,
+        "node_type_names": types,
+        "negatives": negatives,
+        "meta": {"raw_path": str(root), "stats": stats},
+    }

@@ -21,6 +21,7 @@ from cmpnn_dist.convert.common import (
     log,
     vocabulary,
 )
+from cmpnn_dist.storage.csr import csr_and_duplicates
 from cmpnn_dist.storage.errors import StorageError
 from cmpnn_dist.storage.writer import GraphSpec
 
@@ -54,10 +55,12 @@ def read_tsv(path: str | Path, columns: list[str] = COLUMNS, skip_header: bool =
         table = pcsv.read_csv(
             path,
             read_options=pcsv.ReadOptions(column_names=columns, skip_rows=int(skip_header)),
-            parse_options=pcsv.ParseOptions(delimiter="\t", quote_char=False,
-                                            escape_char=False, ignore_empty_lines=True),
+            parse_options=pcsv.ParseOptions(
+                delimiter="\t", quote_char=False, escape_char=False, ignore_empty_lines=True
+            ),
             convert_options=pcsv.ConvertOptions(
-                column_types={c: pa.string() for c in columns}, strings_can_be_null=False),
+                column_types={c: pa.string() for c in columns}, strings_can_be_null=False
+            ),
         )
     except pa.ArrowInvalid as exc:
         bad = _first_bad_line(path, len(columns))
@@ -86,8 +89,9 @@ def split_file(folder: Path, split: str) -> Path:
     raise StorageError(f"no {split}.txt or {split}.tsv in this folder", folder)
 
 
-def node_types_for(entities: pa.Array, node_types: str | Path | None) -> tuple[
-        np.ndarray | None, list[str]]:
+def node_types_for(
+    entities: pa.Array, node_types: str | Path | None
+) -> tuple[np.ndarray | None, list[str]]:
     """Node types of ``entities``: None, ``"prefix"`` (``Kind::id`` names) or a TSV path
     of ``entity<TAB>type`` lines.  Returns (int64 [N] or None, sorted type names)."""
     if node_types is None:
@@ -97,8 +101,9 @@ def node_types_for(entities: pa.Array, node_types: str | Path | None) -> tuple[
         has = pc.greater(pc.list_value_length(parts), 1)
         if len(entities) and not pc.all(has).as_py():
             bad = entities[pc.index(has, False).as_py()].as_py()
-            raise StorageError(f"entity {bad!r} has no 'Kind::' prefix (node types from "
-                               "name prefixes)")
+            raise StorageError(
+                f"entity {bad!r} has no 'Kind::' prefix (node types from name prefixes)"
+            )
         kinds = pc.list_element(parts, 0)
     else:
         path = Path(node_types)
@@ -121,8 +126,9 @@ def encode_graph(
     unseen: str,
     what: str,
     headers: frozenset[str] = frozenset(),
-) -> tuple[pa.Array, dict[str, np.ndarray], dict[str, dict[str, int]]]:
-    """Entities (from train, plus valid/test ones when ``unseen == "keep"``) and int facts.
+) -> tuple[pa.Array, dict[str, np.ndarray], dict[str, dict[str, int]], tuple | None]:
+    """Entities (from train, plus valid/test ones when ``unseen == "keep"``), int facts,
+    stats, and the training CSR when it could be computed on the way (else None).
 
     ``headers``: the splits whose file starts with a header line (for line numbers)."""
     vocab_splits = [s for s in tables if s == "train" or unseen == "keep"]
@@ -130,19 +136,35 @@ def encode_graph(
     entities, ids = encode_vocabulary(*cols)
     known = {s: (ids[2 * i], ids[2 * i + 1]) for i, s in enumerate(vocab_splits)}
     facts, stats = {}, {"duplicates_dropped": {}, "unseen_entity_facts_dropped": {}}
+    csr = None
     for split, (path, table) in tables.items():
         kn = None
         if split in known:
             kn = (known[split][0], encode(table.column("relation"), relations), known[split][1])
-        f, dropped = encode_split(path, table, entities, relations, allow_unseen=unseen,
-                                  skip_header=split in headers, what=what, known_ids=kn)
-        f, dups = dedupe(f, len(entities), len(relations))
+        f, dropped = encode_split(
+            path,
+            table,
+            entities,
+            relations,
+            allow_unseen=unseen,
+            skip_header=split in headers,
+            what=what,
+            known_ids=kn,
+        )
+        if split == "train":  # one sort gives the CSR and tells whether duplicates exist
+            indptr, src, rel, dups = csr_and_duplicates(len(entities), len(relations), f)
+            if dups:
+                f, dups = dedupe(f, len(entities), len(relations))
+            else:
+                csr = (indptr, src, rel)
+        else:
+            f, dups = dedupe(f, len(entities), len(relations))
         if dups:
             log.warning("%s: dropped %d duplicate facts", path, dups)
         facts[split] = f
         stats["duplicates_dropped"][split] = dups
         stats["unseen_entity_facts_dropped"][split] = dropped
-    return entities, facts, stats
+    return entities, facts, stats, csr
 
 
 def _unseen_mode(drop: bool, keep: bool) -> str:
@@ -165,18 +187,28 @@ def convert_transductive(
     folder = Path(folder)
     unseen = _unseen_mode(drop_unseen_entities, keep_unseen_entities)
     paths = {s: split_file(folder, s) for s in ("train", "valid", "test")}
-    headers = frozenset(s for s, p in paths.items()
-                        if header_line is not None and _first_line(p) == header_line)
+    headers = frozenset(
+        s for s, p in paths.items() if header_line is not None and _first_line(p) == header_line
+    )
     tables = {s: (p, read_tsv(p, skip_header=s in headers)) for s, p in paths.items()}
     relations = vocabulary(tables["train"][1].column("relation"))
-    entities, facts, stats = encode_graph(folder, relations, tables, unseen=unseen,
-                                          what=f"the training file {tables['train'][0]}",
-                                          headers=headers)
+    entities, facts, stats, csr = encode_graph(
+        folder,
+        relations,
+        tables,
+        unseen=unseen,
+        what=f"the training file {tables['train'][0]}",
+        headers=headers,
+    )
     types, type_names = node_types_for(entities, node_types)
-    graph = GraphSpec(len(entities), entities, types, facts)
-    return {"relation_names": relations.to_pylist(), "graphs": {"train": graph},
-            "inductive": False, "node_type_names": type_names,
-            "meta": {"raw_path": str(folder), "unseen_entities": unseen, "stats": stats}}
+    graph = GraphSpec(len(entities), entities, types, facts, csr)
+    return {
+        "relation_names": relations.to_pylist(),
+        "graphs": {"train": graph},
+        "inductive": False,
+        "node_type_names": type_names,
+        "meta": {"raw_path": str(folder), "unseen_entities": unseen, "stats": stats},
+    }
 
 
 def convert_inductive(
@@ -194,33 +226,49 @@ def convert_inductive(
     folder = Path(folder)
     ind = folder.parent / f"{folder.name}_ind"
     if not ind.is_dir():
-        raise StorageError(f"inductive layout needs the test graph folder {ind.name} next to "
-                           "it", folder)
+        raise StorageError(
+            f"inductive layout needs the test graph folder {ind.name} next to it", folder
+        )
     unseen = _unseen_mode(drop_unseen_entities, keep_unseen_entities)
     graphs, type_names, stats = {}, None, {}
     relations = None
     for gname, d in (("train", folder), ("test", ind)):
-        tables = {s: (p, read_tsv(p)) for s in ("train", "valid", "test")
-                  for p in [split_file(d, s)]}
+        tables = {
+            s: (p, read_tsv(p)) for s in ("train", "valid", "test") for p in [split_file(d, s)]
+        }
         if relations is None:
             relations = vocabulary(tables["train"][1].column("relation"))
             train_file = tables["train"][0]
-        entities, facts, st = encode_graph(
-            d, relations, tables, unseen=unseen,
-            what=f"the training graph's {train_file}" if gname == "train" else
-            f"{train_file} (relations) / {tables['train'][0]} (entities)")
+        entities, facts, st, csr = encode_graph(
+            d,
+            relations,
+            tables,
+            unseen=unseen,
+            what=f"the training graph's {train_file}"
+            if gname == "train"
+            else f"{train_file} (relations) / {tables['train'][0]} (entities)",
+        )
         types, names = node_types_for(entities, node_types)
         if type_names is not None and names != type_names and types is not None:
             # align type ids of the test graph with the training graph's table
             all_names = sorted(set(type_names) | set(names))
             remap = np.array([all_names.index(x) for x in names], dtype=np.int64)
             types, names = remap[types], all_names
-            graphs["train"].node_types = np.array(
-                [all_names.index(x) for x in type_names])[graphs["train"].node_types]
+            graphs["train"].node_types = np.array([all_names.index(x) for x in type_names])[
+                graphs["train"].node_types
+            ]
         type_names = names
-        graphs[gname] = GraphSpec(len(entities), entities, types, facts)
+        graphs[gname] = GraphSpec(len(entities), entities, types, facts, csr)
         stats[gname] = st
-    return {"relation_names": relations.to_pylist(), "graphs": graphs, "inductive": True,
-            "node_type_names": type_names or [],
-            "meta": {"raw_path": str(folder), "test_graph_path": str(ind),
-                     "unseen_entities": unseen, "stats": stats}}
+    return {
+        "relation_names": relations.to_pylist(),
+        "graphs": graphs,
+        "inductive": True,
+        "node_type_names": type_names or [],
+        "meta": {
+            "raw_path": str(folder),
+            "test_graph_path": str(ind),
+            "unseen_entities": unseen,
+            "stats": stats,
+        },
+    }

@@ -15,6 +15,7 @@ sends a message ``m_e`` and the messages arriving at each node are reduced::
     out["degree"][v] = #{e -> v kept}           (float [N])
 
 Each aggregator output is float [N, B, d]; a node without a kept in-edge gets 0 everywhere.
+Gradients of ``max`` / ``min`` are shared evenly between the edges that attain the extreme.
 
 Implementations (``impl=``):
 

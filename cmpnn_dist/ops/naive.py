@@ -1,8 +1,11 @@
 """The obvious message-passing implementation: the test oracle.
 
 Materialises every kept message ``m_e`` (float [E', B, d]) at once, then reduces with
-``index_add`` (sum, sumsq) and ``scatter_reduce(include_self=False)`` (max, min) into a zero
-tensor, so nodes without a kept in-edge stay 0.  Equations: see :mod:`cmpnn_dist.ops`.
+``index_add`` into zeros (sum, sumsq) and ``scatter_reduce`` into -inf / +inf (max, min),
+whose rows without a kept in-edge are then set to 0.  (A zero base with
+``include_self=False`` would be wrong for gradients: torch then still counts the base as a
+tie when the maximum is exactly 0.)  The gradient of a max / min is shared evenly between
+tied edges.  Equations: see :mod:`cmpnn_dist.ops`.
 Memory is O(|E| B d): use it on small graphs only.
 """
 
@@ -50,6 +53,8 @@ def propagate(
     msg = messages(x[src], rel, relation, message)
     num_nodes, batch, dim = x.shape
     out: dict[str, Tensor] = {}
+    degree = torch.bincount(dst, minlength=num_nodes).to(x.dtype)
+    empty = (degree == 0).view(-1, 1, 1)
     for agg in aggregators:
         zeros = x.new_zeros(num_nodes, batch, dim)
         if agg == "sum":
@@ -59,6 +64,7 @@ def propagate(
         else:
             index = dst.view(-1, 1, 1).expand_as(msg)
             reduce = "amax" if agg == "max" else "amin"
-            out[agg] = zeros.scatter_reduce(0, index, msg, reduce=reduce, include_self=False)
-    out["degree"] = torch.bincount(dst, minlength=num_nodes).to(x.dtype)
+            base = torch.full_like(zeros, float("-inf") if agg == "max" else float("inf"))
+            out[agg] = base.scatter_reduce(0, index, msg, reduce=reduce).masked_fill(empty, 0.0)
+    out["degree"] = degree
     return out

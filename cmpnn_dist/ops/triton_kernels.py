@@ -115,10 +115,11 @@ def fwd_kernel(
     slot = tl.load(it_slot + item).to(tl.int64)
     acc_s = tl.zeros((BLOCK_E, BLOCK_C), dtype=ACC)
     acc_q = tl.zeros((BLOCK_E, BLOCK_C), dtype=ACC)
-    acc_mx = tl.full((BLOCK_E, BLOCK_C), float("-inf"), dtype=ACC)
-    acc_mn = tl.full((BLOCK_E, BLOCK_C), float("inf"), dtype=ACC)
-    arg_mx = tl.full((BLOCK_E, BLOCK_C), -1, dtype=tl.int32)
-    arg_mn = tl.full((BLOCK_E, BLOCK_C), -1, dtype=tl.int32)
+    # max / min: per-column running value and arg edge (1D: fewer live registers)
+    acc_mx = tl.full((BLOCK_C,), float("-inf"), dtype=ACC)
+    acc_mn = tl.full((BLOCK_C,), float("inf"), dtype=ACC)
+    arg_mx = tl.full((BLOCK_C,), -1, dtype=tl.int32)
+    arg_mn = tl.full((BLOCK_C,), -1, dtype=tl.int32)
     for e0 in range(start, end, BLOCK_E):
         eids = e0 + tl.arange(0, BLOCK_E)
         emask = eids < end
@@ -136,33 +137,33 @@ def fwd_kernel(
             acc_s += msg
         if DO_SQ:
             acc_q += msg * msg
-        if DO_MAX:
+        if DO_MAX:  # chunk max, its smallest edge id; strict > keeps the earliest chunk
             v = tl.where(m2, msg, float("-inf"))
-            upd = v > acc_mx
-            acc_mx = tl.where(upd, v, acc_mx)
-            arg_mx = tl.where(upd, eids[:, None], arg_mx)
+            cm = tl.max(v, 0)
+            ca = tl.min(tl.where(v == cm[None, :], eids[:, None], 2147483647), 0)
+            upd = cm > acc_mx
+            acc_mx = tl.where(upd, cm, acc_mx)
+            arg_mx = tl.where(upd, ca, arg_mx)
         if DO_MIN:
             v = tl.where(m2, msg, float("inf"))
-            upd = v < acc_mn
-            acc_mn = tl.where(upd, v, acc_mn)
-            arg_mn = tl.where(upd, eids[:, None], arg_mn)
+            cm = tl.min(v, 0)
+            ca = tl.min(tl.where(v == cm[None, :], eids[:, None], 2147483647), 0)
+            upd = cm < acc_mn
+            acc_mn = tl.where(upd, cm, acc_mn)
+            arg_mn = tl.where(upd, ca, arg_mn)
     out = slot * C + cols
     if DO_SUM:
         tl.store(o_sum + out, tl.sum(acc_s, 0).to(o_sum.dtype.element_ty), mask=cmask)
     if DO_SQ:
         tl.store(o_sq + out, tl.sum(acc_q, 0).to(o_sq.dtype.element_ty), mask=cmask)
     if DO_MAX:
-        mx = tl.max(acc_mx, 0)
-        am = tl.min(tl.where(acc_mx == mx[None, :], arg_mx, 2147483647), 0)
-        none = mx == float("-inf")
-        tl.store(o_max + out, tl.where(none, 0.0, mx).to(o_max.dtype.element_ty), mask=cmask)
-        tl.store(a_max + out, tl.where(none, -1, am), mask=cmask)
+        none = acc_mx == float("-inf")
+        tl.store(o_max + out, tl.where(none, 0.0, acc_mx).to(o_max.dtype.element_ty), mask=cmask)
+        tl.store(a_max + out, tl.where(none, -1, arg_mx), mask=cmask)
     if DO_MIN:
-        mn = tl.min(acc_mn, 0)
-        am = tl.min(tl.where(acc_mn == mn[None, :], arg_mn, 2147483647), 0)
-        none = mn == float("inf")
-        tl.store(o_min + out, tl.where(none, 0.0, mn).to(o_min.dtype.element_ty), mask=cmask)
-        tl.store(a_min + out, tl.where(none, -1, am), mask=cmask)
+        none = acc_mn == float("inf")
+        tl.store(o_min + out, tl.where(none, 0.0, acc_mn).to(o_min.dtype.element_ty), mask=cmask)
+        tl.store(a_min + out, tl.where(none, -1, arg_mn), mask=cmask)
 
 
 @triton.jit
@@ -180,6 +181,10 @@ def bwd_kernel(
     w_ptr,
     gs_ptr,
     gq_ptr,
+    amax_ptr,
+    gmax_ptr,
+    amin_ptr,
+    gmin_ptr,
     out_ptr,
     C: tl.constexpr,
     D: tl.constexpr,
@@ -190,15 +195,18 @@ def bwd_kernel(
     HAS_MASK: tl.constexpr,
     HAS_GS: tl.constexpr,
     HAS_GQ: tl.constexpr,
+    HAS_GMAX: tl.constexpr,
+    HAS_GMIN: tl.constexpr,
     REL_GRAD: tl.constexpr,
     IDX64: tl.constexpr,
     ACC: tl.constexpr,
     BLOCK_E: tl.constexpr,
     BLOCK_C: tl.constexpr,
 ):
-    """Backward of the sum / sum-of-squares statistics, no atomics.
+    """Backward of all four statistics, no atomics.
 
-    With ``G_e = gs[v_e] + 2 gq[v_e] * m_e`` (v_e the destination of edge e):
+    With ``G_e = gs[v_e] + 2 gq[v_e] * m_e + [amax[v_e] = e] gmax[v_e] + [amin[v_e] = e] gmin[v_e]``
+    (v_e the destination of edge e, amax / amin the arg edge ids stored by the forward):
 
     * input gradient (``REL_GRAD=False``), items = rows u of the source-sorted CSR:
       mul ``gtab[u, c] = sum_e G_e[c] w[r_e, c]``;
@@ -209,7 +217,7 @@ def bwd_kernel(
 
     ``it_row`` is the item's source node (input gradient) or relation (relation gradient);
     ``gsrc_ptr`` the source of each edge (relation gradient only), ``other_ptr`` its
-    destination, ``eid_ptr`` its destination-sorted edge id (for the keep-mask).
+    destination, ``eid_ptr`` its destination-sorted edge id (keep-mask and arg tests).
     Grid: (items, column tiles, nb or 1).
     """
     item = tl.program_id(0)
@@ -226,8 +234,9 @@ def bwd_kernel(
     for e0 in range(start, end, BLOCK_E):
         eids = e0 + tl.arange(0, BLOCK_E)
         emask = eids < end
-        if HAS_MASK:
+        if HAS_MASK or HAS_GMAX or HAS_GMIN:
             orig = tl.load(eid_ptr + eids, mask=emask, other=0)
+        if HAS_MASK:
             emask = emask & (tl.load(keep_ptr + orig, mask=emask, other=0) != 0)
         v = tl.load(other_ptr + eids, mask=emask, other=0)
         if REL_GRAD:  # item = a segment of relation `row`
@@ -250,6 +259,14 @@ def bwd_kernel(
         if HAS_GQ:
             gq = tl.load(gq_ptr + v[:, None] * C + cols[None, :], mask=m2, other=0.0).to(ACC)
             g += 2.0 * gq * msg
+        if HAS_GMAX:  # the max gradient flows only through the stored arg edge
+            am = tl.load(amax_ptr + v[:, None] * C + cols[None, :], mask=m2, other=-1)
+            hit = m2 & (am == orig[:, None])
+            g += tl.load(gmax_ptr + v[:, None] * C + cols[None, :], mask=hit, other=0.0).to(ACC)
+        if HAS_GMIN:
+            am = tl.load(amin_ptr + v[:, None] * C + cols[None, :], mask=m2, other=-1)
+            hit = m2 & (am == orig[:, None])
+            g += tl.load(gmin_ptr + v[:, None] * C + cols[None, :], mask=hit, other=0.0).to(ACC)
         if REL_GRAD:
             acc += g * sel
         else:
@@ -271,11 +288,19 @@ def bwd_kernel(
 # CMPNN_TRITON_AUTOTUNE=0 keeps only the first (saves compile time, e.g. in tests).
 _CONFIGS = [
     triton.Config({"BLOCK_E": be, "BLOCK_C": bc}, num_warps=nw)
-    for be, bc, nw in [(16, 256, 4), (8, 256, 4), (32, 256, 8), (16, 128, 4)]
+    for be, bc, nw in [
+        (16, 256, 4),
+        (8, 256, 4),
+        (32, 256, 4),
+        (32, 256, 8),
+        (64, 256, 8),
+        (16, 128, 4),
+    ]
 ]
 if os.environ.get("CMPNN_TRITON_AUTOTUNE", "1") == "0":
     _CONFIGS = _CONFIGS[:1]
 _FLAGS = ["C", "D", "NB", "BASIS", "HAS_MASK", "IDX64"]
+_BWD_FLAGS = ["HAS_GS", "HAS_GQ", "HAS_GMAX", "HAS_GMIN", "REL_GRAD"]
 TUNED = (
     {}
     if INTERPRET
@@ -283,7 +308,9 @@ TUNED = (
         "fwd": triton.autotune(_CONFIGS, key=_FLAGS + ["DO_SUM", "DO_SQ", "DO_MAX", "DO_MIN"])(
             fwd_kernel
         ),
-        "bwd": triton.autotune(_CONFIGS, key=_FLAGS + ["HAS_GS", "HAS_GQ", "REL_GRAD"])(bwd_kernel),
+        "bwd": triton.autotune(
+            _CONFIGS, key=_FLAGS + ["HAS_GS", "HAS_GQ", "HAS_GMAX", "HAS_GMIN", "REL_GRAD"]
+        )(bwd_kernel),
     }
 )
 KERNELS = {"fwd": fwd_kernel, "bwd": bwd_kernel}

@@ -7,11 +7,12 @@ docs/design.md "Ops" (x [N, B, d]; ``mul`` with relation [R2, d] or [B, R2, d]; 
 
 Forward: one pass over the destination-sorted CSR computing every requested statistic
 (:func:`cmpnn_dist.ops.triton_kernels.fwd_kernel`); max / min also store the arg edge id.
-Backward of sum / sumsq: the input gradient runs over the source-sorted (transposed) CSR and
-the relation gradient over single-relation edge segments (edges sorted by relation, each
-relation cut into segments of at most ``max_edges``), both reductions without atomics; the
-per-segment partials [segments, C] are then summed per relation with ``index_add_`` on that
-small tensor.  Max / min gradients go to the stored arg edge (``index_add_`` in torch).
+Backward (all statistics in one kernel per gradient): the input gradient runs over the
+source-sorted (transposed) CSR and the relation gradient over single-relation edge segments
+(edges sorted by relation, each relation cut into segments of at most ``max_edges``), both
+reductions without atomics; the per-segment partials [segments, C] are then summed per
+relation with ``index_add_`` on that small tensor.  Max / min gradients flow only through the
+edge whose id equals the stored arg of its destination (tested per edge in the same kernels).
 ``basis`` first computes the per-basis transforms ``y[n, k] = bases[k] x[n]`` in torch
 ([N, nb, B, d]); the kernels then gather ``y`` with the coefficient-weighted sum
 ``m_e = sum_k coef[r_e, k] y[s_e, k]``.  The transposed / relation-sorted edge orders and the
@@ -204,7 +205,7 @@ class _FusedPropagate(torch.autograd.Function):
                 outs.append(o)
         ctx.prep, ctx.keep, ctx.spec = prep, keep, spec
         ctx.arg_aggs = list(saved_args)
-        ctx.save_for_backward(tab, w, *saved_args.values())
+        ctx.save_for_backward(tab, w, *saved_args.values())  # arg edge ids [N, C] int32
         ctx.set_materialize_grads(False)
         return tuple(outs)
 
@@ -216,25 +217,29 @@ class _FusedPropagate(torch.autograd.Function):
         n, nb, c = tab.shape
         gtab = gw = None
         need_tab, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        gs, gq = g.get("sum"), g.get("sumsq")
-        gs = gs.contiguous() if gs is not None else None
-        gq = gq.contiguous() if gq is not None else None
+        grad = {a: (t.contiguous() if t is not None else None) for a, t in g.items()}
+        args_of = dict(zip(ctx.arg_aggs, saved, strict=True))
         dummy = tab.new_empty(1)
+        idummy = torch.empty(1, dtype=torch.int32, device=tab.device)
         meta = dict(
             NB=nb,
             BASIS=spec["basis"],
             HAS_MASK=keep is not None,
-            HAS_GS=gs is not None,
-            HAS_GQ=gq is not None,
+            HAS_GS=grad.get("sum") is not None,
+            HAS_GQ=grad.get("sumsq") is not None,
+            HAS_GMAX=grad.get("max") is not None,
+            HAS_GMIN=grad.get("min") is not None,
             IDX64=spec["idx64"],
             ACC=_acc(tab.dtype),
         )
         tail = [keep if keep is not None else prep["src"], tab, w]
-        tail += [gs if gs is not None else dummy, gq if gq is not None else dummy]
+        tail += [grad.get(a) if grad.get(a) is not None else dummy for a in ("sum", "sumsq")]
+        for a in ("max", "min"):
+            tail += [args_of.get(a, idummy), grad.get(a) if grad.get(a) is not None else dummy]
         dims = [c, spec["d"], spec["w_sb"], spec["w_sr"]]
-        linear = gs is not None or gq is not None
+        any_grad = any(t is not None for t in grad.values())
         if need_tab:
-            if linear:
+            if any_grad:
                 it = prep["t_items"]
                 buf = tab.new_empty((it["slots"], nb, c))
                 args = [it["row"], it["start"], it["end"], it["slot"], prep["src"]]
@@ -246,18 +251,13 @@ class _FusedPropagate(torch.autograd.Function):
         gw_rows = None  # [R2, nb, C] relation-gradient rows before reshaping
         if need_w:
             it = prep["r_items"]
-            if linear:
+            gw_rows = torch.zeros((prep["r2"], nb, c), dtype=w.dtype, device=w.device)
+            if any_grad:
                 part = tab.new_empty((it["slots"], nb, c), dtype=w.dtype)
                 args = [it["row"], it["start"], it["end"], it["slot"], prep["r_src"]]
                 args += [prep["r_dst"], prep["rel"], prep["r_eid"], *tail, part, *dims]
                 _launch("bwd", it["num"], c, nb, args, dict(meta, REL_GRAD=True))
-                gw_rows = torch.zeros((prep["r2"], nb, c), dtype=w.dtype, device=w.device)
                 gw_rows.index_add_(0, it["row"].long(), part)
-            else:
-                gw_rows = torch.zeros((prep["r2"], nb, c), dtype=w.dtype, device=w.device)
-        for a, arg in zip(ctx.arg_aggs, saved, strict=True):
-            if g.get(a) is not None:
-                _arg_backward(g[a], arg, tab, w, prep, spec, gtab, gw_rows)
         if need_w:
             if spec["basis"]:
                 gw = gw_rows.sum(-1)  # [R2, nb]
@@ -266,34 +266,6 @@ class _FusedPropagate(torch.autograd.Function):
                 full = gw_rows.view(prep["r2"], b, d).transpose(0, 1)  # [B, R2, d]
                 gw = full.sum(0, keepdim=True) if w.shape[0] == 1 else full.contiguous()
         return gtab, gw, None, None, None
-
-
-def _arg_backward(
-    g: Tensor, arg: Tensor, tab: Tensor, w: Tensor, prep: dict, spec: dict,
-    gtab: Tensor | None, gw_rows: Tensor | None,
-) -> None:  # fmt: skip
-    """Route the max / min gradient g [N, C] to the arg edge of each (node, column)."""
-    n, nb, c = tab.shape
-    valid = arg >= 0
-    e = arg[valid].long()
-    cc = torch.arange(c, device=g.device).expand(n, c)[valid]
-    gv = g[valid]
-    s, r = prep["src64"][e], prep["rel64"][e]
-    if spec["basis"]:
-        for k in range(nb):
-            if gtab is not None:
-                pos = (s * nb + k) * c + cc
-                gtab.view(-1).index_add_(0, pos, (gv * w[r, k]).to(gtab.dtype))
-            if gw_rows is not None:
-                prod = (gv * tab[s, k, cc]).to(gw_rows.dtype)
-                gw_rows.view(-1).index_add_(0, (r * nb + k) * c + cc, prod)
-    else:
-        d = spec["d"]
-        wv = w.reshape(-1)[(cc // d) * spec["w_sb"] + r * spec["w_sr"] + cc % d]
-        if gtab is not None:
-            gtab.view(-1).index_add_(0, s * (nb * c) + cc, (gv * wv).to(gtab.dtype))
-        if gw_rows is not None:
-            gw_rows.view(-1).index_add_(0, r * c + cc, (gv * tab[s, 0, cc]).to(gw_rows.dtype))
 
 
 def edge_degree(graph: Graph, edge_mask: Tensor | None, device: torch.device) -> Tensor:

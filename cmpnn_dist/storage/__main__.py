@@ -10,8 +10,9 @@ from cmpnn_dist.storage.errors import StorageError
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cmpnn_dist.storage",
-                                     description="Inspect and verify graph-store datasets.")
+    parser = argparse.ArgumentParser(
+        prog="python -m cmpnn_dist.storage", description="Inspect and verify graph-store datasets."
+    )
     sub = parser.add_subparsers(dest="cmd", required=True)
     v = sub.add_parser("verify", help="check every file's sha256 and every shard's structure")
     v.add_argument("path")

@@ -36,10 +36,12 @@ SPLITS = ("train", "valid", "test")
 
 RELATIONS_SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 FACTS_SCHEMA = pa.schema([("head", pa.int64()), ("relation", pa.int64()), ("tail", pa.int64())])
-EDGE_TYPE = pa.struct([pa.field("src", pa.int64(), nullable=False),
-                       pa.field("rel", pa.int64(), nullable=False)])
-CSR_SCHEMA = pa.schema([pa.field("in_edges", pa.large_list(pa.field("edge", EDGE_TYPE,
-                                                                      nullable=False)))])
+EDGE_TYPE = pa.struct(
+    [pa.field("src", pa.int64(), nullable=False), pa.field("rel", pa.int64(), nullable=False)]
+)
+CSR_SCHEMA = pa.schema(
+    [pa.field("in_edges", pa.large_list(pa.field("edge", EDGE_TYPE, nullable=False)))]
+)
 
 
 def entities_schema(with_types: bool) -> pa.Schema:
@@ -119,8 +121,7 @@ def read_manifest(root: Path) -> dict[str, Any]:
             f"format_version {m.get('format_version')!r}, this reader supports {FORMAT_VERSION}",
             path,
         )
-    for key in ("name", "inductive", "num_relations", "relations", "node_types", "graphs",
-                "files"):
+    for key in ("name", "inductive", "num_relations", "relations", "node_types", "graphs", "files"):
         if key not in m:
             raise StorageError(f"manifest lacks key {key!r}", path)
     if len(m["relations"]) != m["num_relations"]:

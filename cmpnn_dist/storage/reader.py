@@ -37,8 +37,9 @@ def _tensor(buf: pa.Buffer | None, length: int, path: Path, what: str) -> Tensor
 
 def _int_array(arr: pa.Array, path: Path, what: str) -> Tensor:
     if arr.type != pa.int64() or arr.null_count or arr.offset:
-        raise StorageError(f"{what}: expected a non-null, unsliced int64 column, got {arr.type}",
-                           path)
+        raise StorageError(
+            f"{what}: expected a non-null, unsliced int64 column, got {arr.type}", path
+        )
     return _tensor(arr.buffers()[1], len(arr), path, what)
 
 
@@ -90,8 +91,9 @@ def load_shard(path: Path, entry: dict[str, Any], num_nodes: int, num_rel2: int)
     if src.numel() != e or rel.numel() != e:
         raise StorageError(f"{src.numel()} edges, manifest says {e}", path)
     if int(indptr[0]) != 0 or int(indptr[-1]) != e:
-        raise StorageError(f"row offsets span [{int(indptr[0])}, {int(indptr[-1])}], "
-                           f"expected [0, {e}]", path)
+        raise StorageError(
+            f"row offsets span [{int(indptr[0])}, {int(indptr[-1])}], expected [0, {e}]", path
+        )
     if rows and bool((indptr[1:] < indptr[:-1]).any()):
         raise StorageError("row offsets are not monotone", path)
     if e and (int(src.min()) < 0 or int(src.max()) >= num_nodes):
@@ -110,24 +112,33 @@ class GraphData:
         self.num_nodes: int = int(self._meta["num_nodes"])
         self.num_edges: int = int(self._meta["num_edges"])
         self.node_type_names: list[str] = list(ds.manifest["node_types"])
+        # relations whose train facts are queries only, not message-passing edges (TRI-SQR r0)
+        self.query_only_relations: list[int] = list(self._meta.get("query_only_relations", []))
         n_shards = len(self._meta["shards"])
         self._shard_ids = list(range(n_shards)) if shard_ids is None else shard_ids
         for k in self._shard_ids:
             if not 0 <= k < n_shards:
-                raise StorageError(f"graph {name!r} has {n_shards} shards; asked for shard {k}",
-                                   ds.path / fmt.MANIFEST)
+                raise StorageError(
+                    f"graph {name!r} has {n_shards} shards; asked for shard {k}",
+                    ds.path / fmt.MANIFEST,
+                )
         self._cache: dict[str, Any] = {}
-        self._entities = read_batch(ds.path / fmt.entities_file(name),
-                                    fmt.entities_schema(self._meta["has_node_types"]))
+        self._entities = read_batch(
+            ds.path / fmt.entities_file(name), fmt.entities_schema(self._meta["has_node_types"])
+        )
         if self._entities.num_rows != self.num_nodes:
-            raise StorageError(f"{self._entities.num_rows} entities, manifest says "
-                               f"{self.num_nodes}", ds.path / fmt.entities_file(name))
+            raise StorageError(
+                f"{self._entities.num_rows} entities, manifest says {self.num_nodes}",
+                ds.path / fmt.entities_file(name),
+            )
         self.node_types: Tensor | None = None
         if self._meta["has_node_types"]:
             path = ds.path / fmt.entities_file(name)
             self.node_types = _int_array(self._entities.column("type"), path, "type")
-            if self.num_nodes and (int(self.node_types.min()) < 0
-                                   or int(self.node_types.max()) >= len(self.node_type_names)):
+            if self.num_nodes and (
+                int(self.node_types.min()) < 0
+                or int(self.node_types.max()) >= len(self.node_type_names)
+            ):
                 raise StorageError("node type id out of range", path)
 
     @property
@@ -146,13 +157,18 @@ class GraphData:
             path = self._ds.path / fmt.facts_file(self.name, split)
             batch = read_batch(path, fmt.FACTS_SCHEMA)
             if batch.num_rows != self._meta["facts"][split]:
-                raise StorageError(f"{batch.num_rows} facts, manifest says "
-                                   f"{self._meta['facts'][split]}", path)
+                raise StorageError(
+                    f"{batch.num_rows} facts, manifest says {self._meta['facts'][split]}", path
+                )
             cols = [_int_array(batch.column(c), path, c) for c in ("head", "relation", "tail")]
             f = torch.stack(cols, dim=1) if batch.num_rows else torch.zeros(0, 3, dtype=torch.int64)
             n, r = self.num_nodes, self._ds.num_relations
-            if len(f) and (int(f[:, [0, 2]].min()) < 0 or int(f[:, [0, 2]].max()) >= n
-                           or int(f[:, 1].min()) < 0 or int(f[:, 1].max()) >= r):
+            if len(f) and (
+                int(f[:, [0, 2]].min()) < 0
+                or int(f[:, [0, 2]].max()) >= n
+                or int(f[:, 1].min()) < 0
+                or int(f[:, 1].max()) >= r
+            ):
                 raise StorageError("fact ids out of range", path)
             self._cache[key] = f
         return self._cache[key]
@@ -163,22 +179,32 @@ class GraphData:
             metas = self._meta["shards"]
             out = []
             for k in self._shard_ids:
-                out.append(load_shard(self._ds.path / metas[k]["file"], metas[k], self.num_nodes,
-                                      2 * self._ds.num_relations))
+                out.append(
+                    load_shard(
+                        self._ds.path / metas[k]["file"],
+                        metas[k],
+                        self.num_nodes,
+                        2 * self._ds.num_relations,
+                    )
+                )
             self._cache["shards"] = out
         return self._cache["shards"]
 
     def graph(self) -> Graph:
         """The whole message-passing graph (train facts + inverse edges) as a :class:`Graph`.
 
+        Train facts of ``query_only_relations`` (if any) are not part of it.
+
         One shard: zero-copy views.  Several: ``indptr`` concatenated (each shard's offsets
         shifted by the edges before it), ``src``/``rel`` concatenated; cached.
         """
         if "graph" not in self._cache:
             if len(self._shard_ids) != len(self._meta["shards"]):
-                raise StorageError(f"graph() needs all shards of graph {self.name!r}; the "
-                                   f"dataset was opened with shards={self._shard_ids}",
-                                   self._ds.path)
+                raise StorageError(
+                    f"graph() needs all shards of graph {self.name!r}; the "
+                    f"dataset was opened with shards={self._shard_ids}",
+                    self._ds.path,
+                )
             shards = self.shards()
             r2 = 2 * self._ds.num_relations
             if len(shards) == 1:
@@ -191,8 +217,13 @@ class GraphData:
                     total += s.num_edges
                     starts.append(s.src)
                 offs.append(torch.tensor([total], dtype=torch.int64))
-                g = Graph(self.num_nodes, r2, torch.cat(offs), torch.cat(starts),
-                          torch.cat([s.rel for s in shards]))
+                g = Graph(
+                    self.num_nodes,
+                    r2,
+                    torch.cat(offs),
+                    torch.cat(starts),
+                    torch.cat([s.rel for s in shards]),
+                )
             self._cache["graph"] = g
         return self._cache["graph"]
 
@@ -210,8 +241,10 @@ class Dataset:
         self.node_type_names: list[str] = list(manifest["node_types"])
         self.graph_names: list[str] = ["train", "test"] if self.inductive else ["train"]
         if sorted(manifest["graphs"]) != sorted(self.graph_names):
-            raise StorageError(f"graphs {sorted(manifest['graphs'])}, expected "
-                               f"{self.graph_names}", path / fmt.MANIFEST)
+            raise StorageError(
+                f"graphs {sorted(manifest['graphs'])}, expected {self.graph_names}",
+                path / fmt.MANIFEST,
+            )
         self._shards = shards
         self._graphs: dict[str, GraphData] = {}
         self._negatives: dict[str, dict[str, Tensor]] = {}
@@ -254,22 +287,25 @@ def _check_files(path: Path, manifest: dict[str, Any]) -> None:
             raise StorageError("file listed in manifest.json is missing", p)
         size = p.stat().st_size
         if size != info["bytes"]:
-            raise StorageError(f"{size} bytes, manifest says {info['bytes']} (truncated or "
-                               "altered)", p)
+            raise StorageError(
+                f"{size} bytes, manifest says {info['bytes']} (truncated or altered)", p
+            )
     for gname, g in manifest["graphs"].items():
         pos, edges = 0, 0
         for s in g["shards"]:
             if s["node_start"] != pos or s["node_end"] < s["node_start"]:
-                raise StorageError(f"graph {gname}: shard node ranges do not tile [0, N)",
-                                   path / fmt.MANIFEST)
+                raise StorageError(
+                    f"graph {gname}: shard node ranges do not tile [0, N)", path / fmt.MANIFEST
+                )
             if s["file"] not in manifest["files"]:
-                raise StorageError(f"shard {s['file']} not listed under files",
-                                   path / fmt.MANIFEST)
+                raise StorageError(f"shard {s['file']} not listed under files", path / fmt.MANIFEST)
             pos, edges = s["node_end"], edges + s["num_edges"]
         if pos != g["num_nodes"] or edges != g["num_edges"]:
-            raise StorageError(f"graph {gname}: shards cover {pos} nodes / {edges} edges, "
-                               f"manifest says {g['num_nodes']} / {g['num_edges']}",
-                               path / fmt.MANIFEST)
+            raise StorageError(
+                f"graph {gname}: shards cover {pos} nodes / {edges} edges, "
+                f"manifest says {g['num_nodes']} / {g['num_edges']}",
+                path / fmt.MANIFEST,
+            )
 
 
 def open_dataset(

@@ -36,12 +36,18 @@ class GraphSpec:
         node_types: int64 [N] ids into the dataset's node-type table, or None.
         facts: split -> int64 [F, 3] ``(h, r, t)``; the message-passing graph (CSR shards) is
             built from ``facts["train"]`` plus inverse edges.
+        csr: optional precomputed ``fast_csr(num_nodes, |R|, facts["train"])`` (a converter
+            that already sorted the edges passes it to save the sort).
+        query_only_relations: relation ids whose training facts are queries only: they are
+            left out of the message-passing graph (TRI-SQR's r0).
     """
 
     num_nodes: int
     entity_names: Any
     node_types: np.ndarray | None = None
     facts: dict[str, np.ndarray] = field(default_factory=dict)
+    csr: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    query_only_relations: tuple[int, ...] = ()
 
 
 def _write_table(path: Path, table: pa.Table) -> None:
@@ -58,13 +64,13 @@ def _int_col(a: np.ndarray) -> pa.Array:
 
 def _facts_table(facts: np.ndarray) -> pa.Table:
     f = np.asarray(facts, dtype=np.int64).reshape(-1, 3)
-    return pa.table([_int_col(f[:, 0]), _int_col(f[:, 1]), _int_col(f[:, 2])],
-                    schema=fmt.FACTS_SCHEMA)
+    return pa.table(
+        [_int_col(f[:, 0]), _int_col(f[:, 1]), _int_col(f[:, 2])], schema=fmt.FACTS_SCHEMA
+    )
 
 
 def _csr_table(indptr: np.ndarray, src: np.ndarray, rel: np.ndarray) -> pa.Table:
-    edges = pa.StructArray.from_arrays([_int_col(src), _int_col(rel)],
-                                       fields=list(fmt.EDGE_TYPE))
+    edges = pa.StructArray.from_arrays([_int_col(src), _int_col(rel)], fields=list(fmt.EDGE_TYPE))
     offsets = _int_col(indptr - indptr[0])
     lists = pa.LargeListArray.from_arrays(offsets, edges, type=fmt.CSR_SCHEMA.field(0).type)
     return pa.table([lists], schema=fmt.CSR_SCHEMA)
@@ -81,37 +87,59 @@ def _check_graph(gname: str, g: GraphSpec, num_relations: int, num_types: int) -
         if split not in fmt.SPLITS:
             raise ValueError(f"graph {gname}: unknown split {split!r}")
         f = np.asarray(f).reshape(-1, 3)
-        if f.size and (f[:, [0, 2]].min() < 0 or f[:, [0, 2]].max() >= g.num_nodes
-                       or f[:, 1].min() < 0 or f[:, 1].max() >= num_relations):
+        if f.size and (
+            f[:, [0, 2]].min() < 0
+            or f[:, [0, 2]].max() >= g.num_nodes
+            or f[:, 1].min() < 0
+            or f[:, 1].max() >= num_relations
+        ):
             raise ValueError(f"graph {gname} split {split}: ids out of range")
 
 
-def _write_graph(tmp: Path, gname: str, g: GraphSpec, num_relations: int,
-                 num_shards: int) -> dict[str, Any]:
+def _write_graph(
+    tmp: Path, gname: str, g: GraphSpec, num_relations: int, num_shards: int
+) -> dict[str, Any]:
     with_types = g.node_types is not None
     ent_cols = [_int_col(np.arange(g.num_nodes)), pa.array(g.entity_names, type=pa.string())]
     if with_types:
         ent_cols.append(_int_col(g.node_types))
-    _write_table(tmp / fmt.entities_file(gname), pa.table(ent_cols,
-                                                          schema=fmt.entities_schema(with_types)))
+    _write_table(
+        tmp / fmt.entities_file(gname), pa.table(ent_cols, schema=fmt.entities_schema(with_types))
+    )
     counts = {}
     for split in fmt.SPLITS:
         f = np.asarray(g.facts.get(split, np.zeros((0, 3))), dtype=np.int64).reshape(-1, 3)
         _write_table(tmp / fmt.facts_file(gname, split), _facts_table(f))
         counts[split] = int(len(f))
     train = np.asarray(g.facts.get("train", np.zeros((0, 3))), dtype=np.int64).reshape(-1, 3)
-    indptr, src, rel = fast_csr(g.num_nodes, num_relations, train)
+    query_only = sorted(int(r) for r in g.query_only_relations)
+    if query_only:
+        train = train[~np.isin(train[:, 1], query_only)]
+    if g.csr is not None:
+        indptr, src, rel = g.csr
+        if len(indptr) != g.num_nodes + 1 or len(src) != 2 * len(train) or len(rel) != len(src):
+            raise ValueError(f"graph {gname}: precomputed csr does not match the train facts")
+    else:
+        indptr, src, rel = fast_csr(g.num_nodes, num_relations, train)
     bounds = fmt.shard_boundaries(indptr, num_shards)
     shards = []
     for k in range(len(bounds) - 1):
         a, b = int(bounds[k]), int(bounds[k + 1])
         lo, hi = int(indptr[a]), int(indptr[b])
-        _write_table(tmp / fmt.shard_file(gname, k),
-                     _csr_table(indptr[a:b + 1], src[lo:hi], rel[lo:hi]))
-        shards.append({"file": fmt.shard_file(gname, k), "node_start": a, "node_end": b,
-                       "num_edges": hi - lo})
-    return {"num_nodes": int(g.num_nodes), "num_edges": int(len(src)),
-            "has_node_types": with_types, "facts": counts, "shards": shards}
+        _write_table(
+            tmp / fmt.shard_file(gname, k), _csr_table(indptr[a : b + 1], src[lo:hi], rel[lo:hi])
+        )
+        shards.append(
+            {"file": fmt.shard_file(gname, k), "node_start": a, "node_end": b, "num_edges": hi - lo}
+        )
+    return {
+        "num_nodes": int(g.num_nodes),
+        "num_edges": int(len(src)),
+        "has_node_types": with_types,
+        "facts": counts,
+        "query_only_relations": query_only,
+        "shards": shards,
+    }
 
 
 def write_dataset(
@@ -147,32 +175,49 @@ def write_dataset(
     tmp = out.parent / f".{out.name}.building-{token}"
     tmp.mkdir()
     try:
-        _write_table(tmp / "relations.arrow", pa.table(
-            [_int_col(np.arange(num_rel)), pa.array(list(relation_names), type=pa.string())],
-            schema=fmt.RELATIONS_SCHEMA))
+        _write_table(
+            tmp / "relations.arrow",
+            pa.table(
+                [_int_col(np.arange(num_rel)), pa.array(list(relation_names), type=pa.string())],
+                schema=fmt.RELATIONS_SCHEMA,
+            ),
+        )
         graph_meta = {g: _write_graph(tmp, g, graphs[g], num_rel, num_shards) for g in expected}
         neg_meta = {}
         for split, d in (negatives or {}).items():
             cols, names = [], []
             for key in ("head_neg", "tail_neg"):
                 arr = np.ascontiguousarray(d[key], dtype=np.int64)
-                cols.append(pa.FixedSizeListArray.from_arrays(_int_col(arr.reshape(-1)),
-                                                              arr.shape[1]))
+                cols.append(
+                    pa.FixedSizeListArray.from_arrays(_int_col(arr.reshape(-1)), arr.shape[1])
+                )
                 names.append(key)
             _write_table(tmp / fmt.negatives_file(split), pa.table(cols, names=names))
-            neg_meta[split] = {"file": fmt.negatives_file(split), "num_queries": len(cols[0]),
-                               "num_candidates": int(np.asarray(d["head_neg"]).shape[1])}
+            neg_meta[split] = {
+                "file": fmt.negatives_file(split),
+                "num_queries": len(cols[0]),
+                "num_candidates": int(np.asarray(d["head_neg"]).shape[1]),
+            }
         files = {}
         for p in sorted(tmp.rglob("*")):
             if p.is_file():
-                files[p.relative_to(tmp).as_posix()] = {"bytes": p.stat().st_size,
-                                                        "sha256": fmt.sha256_file(p)}
+                files[p.relative_to(tmp).as_posix()] = {
+                    "bytes": p.stat().st_size,
+                    "sha256": fmt.sha256_file(p),
+                }
         manifest = {
-            "format": fmt.FORMAT_NAME, "format_version": fmt.FORMAT_VERSION, "name": name,
-            "inductive": bool(inductive), "created_unix": time.time(),
-            "num_relations": num_rel, "relations": list(relation_names),
-            "node_types": list(node_type_names), "graphs": graph_meta,
-            "negatives": neg_meta, "files": files, "source": meta or {},
+            "format": fmt.FORMAT_NAME,
+            "format_version": fmt.FORMAT_VERSION,
+            "name": name,
+            "inductive": bool(inductive),
+            "created_unix": time.time(),
+            "num_relations": num_rel,
+            "relations": list(relation_names),
+            "node_types": list(node_type_names),
+            "graphs": graph_meta,
+            "negatives": neg_meta,
+            "files": files,
+            "source": meta or {},
         }
         _write_manifest(tmp, manifest)
         _commit(tmp, out, token)

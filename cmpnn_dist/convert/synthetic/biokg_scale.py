@@ -21,8 +21,15 @@ from cmpnn_dist.storage.writer import GraphSpec
 
 TYPES = ["disease", "drug", "function", "protein", "sideeffect"]
 TYPE_SIZES = [10_687, 10_533, 45_085, 17_499, 9_969]  # sum 93,773
-DEFAULTS = {"scale": 1.0, "num_relations": 51, "num_train": 4_762_677, "num_valid": 162_886,
-            "num_test": 162_886, "alpha": 0.8, "seed": 0}
+DEFAULTS = {
+    "scale": 1.0,
+    "num_relations": 51,
+    "num_train": 4_762_677,
+    "num_valid": 162_886,
+    "num_test": 162_886,
+    "alpha": 0.8,
+    "seed": 0,
+}
 
 
 def generate(params: dict | None = None) -> dict:
@@ -53,29 +60,42 @@ def generate(params: dict | None = None) -> dict:
     while len(facts) < total:
         need = int((total - len(facts)) * 1.15) + 16
         counts = rng.multinomial(need, share)
-        parts = [np.stack([draw(sig[r, 0], c), np.full(c, r), draw(sig[r, 1], c)], axis=1)
-                 for r, c in enumerate(counts) if c]
+        parts = [
+            np.stack([draw(sig[r, 0], c), np.full(c, r), draw(sig[r, 1], c)], axis=1)
+            for r, c in enumerate(counts)
+            if c
+        ]
         facts, _ = dedupe(np.concatenate([facts, *parts]).astype(np.int64), n, num_rel)
     facts = facts[:total][rng.permutation(total)]
     a, b = wanted["train"], wanted["train"] + wanted["valid"]
-    return {"node_types": np.repeat(np.arange(len(TYPES)), sizes).astype(np.int64),
-            "type_sizes": sizes, "relation_names": [f"rel{r:02d}" for r in range(num_rel)],
-            "facts": {"train": facts[:a], "valid": facts[a:b], "test": facts[b:]}, "params": p}
+    return {
+        "node_types": np.repeat(np.arange(len(TYPES)), sizes).astype(np.int64),
+        "type_sizes": sizes,
+        "relation_names": [f"rel{r:02d}" for r in range(num_rel)],
+        "facts": {"train": facts[:a], "valid": facts[a:b], "test": facts[b:]},
+        "params": p,
+    }
 
 
 def entity_names(node_types: np.ndarray) -> pa.Array:
     kinds = np.asarray(TYPES, dtype=object)[node_types]
-    return pa.array([f"{k}::{i}" for k, i in zip(kinds.tolist(), range(len(node_types)),
-                                                  strict=True)], type=pa.string())
+    return pa.array(
+        [f"{k}::{i}" for k, i in zip(kinds.tolist(), range(len(node_types)), strict=True)],
+        type=pa.string(),
+    )
 
 
 def build_biokg_scale(params: dict | None = None) -> dict:
     g = generate(params)
     nt = g["node_types"]
     spec = GraphSpec(len(nt), entity_names(nt), nt, g["facts"])
-    return {"relation_names": g["relation_names"], "graphs": {"train": spec},
-            "inductive": False, "node_type_names": TYPES,
-            "meta": {"generator": "biokg_scale", "params": g["params"]}}
+    return {
+        "relation_names": g["relation_names"],
+        "graphs": {"train": spec},
+        "inductive": False,
+        "node_type_names": TYPES,
+        "meta": {"generator": "biokg_scale", "params": g["params"]},
+    }
 
 
 def write_tsv(folder: str | Path, params: dict | None = None) -> dict[str, int]:
@@ -87,8 +107,13 @@ def write_tsv(folder: str | Path, params: dict | None = None) -> dict[str, int]:
     rels = pa.array(g["relation_names"], type=pa.string())
     counts = {}
     for split, f in g["facts"].items():
-        table = pa.table({"h": names.take(pa.array(f[:, 0])), "r": rels.take(pa.array(f[:, 1])),
-                          "t": names.take(pa.array(f[:, 2]))})
+        table = pa.table(
+            {
+                "h": names.take(pa.array(f[:, 0])),
+                "r": rels.take(pa.array(f[:, 1])),
+                "t": names.take(pa.array(f[:, 2])),
+            }
+        )
         opts = pcsv.WriteOptions(include_header=False, delimiter="\t", quoting_style="none")
         pcsv.write_csv(table, folder / f"{split}.txt", write_options=opts)
         counts[split] = len(f)

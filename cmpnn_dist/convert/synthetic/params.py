@@ -12,7 +12,9 @@ def merge_params(defaults: dict[str, Any], given: dict[str, Any] | None, what: s
     out = dict(defaults)
     for key, value in (given or {}).items():
         if key not in defaults:
-            raise StorageError(f"{what}: unknown synthetic parameter {key!r} (known: "
-                               f"{', '.join(sorted(defaults))})")
+            raise StorageError(
+                f"{what}: unknown synthetic parameter {key!r} (known: "
+                f"{', '.join(sorted(defaults))})"
+            )
         out[key] = value
     return out

@@ -27,11 +27,23 @@ from cmpnn_dist.storage.writer import GraphSpec
 
 TYPES = ["A", "B", "C"]
 # name, head type, tail type, mean out-degree per head-type node
-BASE = [("b0", 0, 1, 1.5), ("b1", 1, 2, 1.5), ("b2", 0, 0, 1.2), ("b3", 2, 1, 1.5),
-        ("b4", 1, 1, 1.2), ("b5", 2, 0, 1.5), ("b6", 1, 2, 4.0), ("b7", 2, 1, 5.0)]
+BASE = [
+    ("b0", 0, 1, 1.5),
+    ("b1", 1, 2, 1.5),
+    ("b2", 0, 0, 1.2),
+    ("b3", 2, 1, 1.5),
+    ("b4", 1, 1, 1.2),
+    ("b5", 2, 0, 1.5),
+    ("b6", 1, 2, 4.0),
+    ("b7", 2, 1, 5.0),
+]
 # name, first relation, second relation, minimum number of witnesses z
-TARGETS = [("t0", "b0", "b1", 1), ("t1", "b2", "b0", 1), ("t2", "b6", "b7", 2),
-           ("t3", "b5", "b2", 1)]
+TARGETS = [
+    ("t0", "b0", "b1", 1),
+    ("t1", "b2", "b0", 1),
+    ("t2", "b6", "b7", 2),
+    ("t3", "b5", "b2", 1),
+]
 DEFAULTS: dict[str, Any] = {
     "num_entities": 1000,
     "type_fractions": [0.4, 0.35, 0.25],
@@ -99,18 +111,21 @@ def generate_graph(p: dict, seed: int) -> tuple[np.ndarray, np.ndarray, dict[str
     return types, base, targets
 
 
-def _split(targets: dict[str, np.ndarray], fractions: tuple[float, float],
-           rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _split(
+    targets: dict[str, np.ndarray], fractions: tuple[float, float], rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per target relation: shuffle, hold out valid / test fractions.  -> (rest, valid, test)."""
     rest, valid, test = [], [], []
     for f in targets.values():
         f = f[rng.permutation(len(f))]
         nv, nt = int(round(fractions[0] * len(f))), int(round(fractions[1] * len(f)))
         valid.append(f[:nv])
-        test.append(f[nv:nv + nt])
-        rest.append(f[nv + nt:])
-    cat = [np.concatenate(x).reshape(-1, 3) if x else np.zeros((0, 3), np.int64)
-           for x in (rest, valid, test)]
+        test.append(f[nv : nv + nt])
+        rest.append(f[nv + nt :])
+    cat = [
+        np.concatenate(x).reshape(-1, 3) if x else np.zeros((0, 3), np.int64)
+        for x in (rest, valid, test)
+    ]
     return cat[0], cat[1], cat[2]
 
 
@@ -135,9 +150,12 @@ def build_rule_kg(params: dict | None = None, inductive: bool = False) -> dict:
     if not inductive:
         types, base, targets = generate_graph(p, seed)
         rest, valid, test = _split(targets, fr, np.random.default_rng(seed + 7919))
-        graphs["train"] = GraphSpec(len(types), _names(types, ""), types,
-                                    {"train": np.concatenate([base, rest]), "valid": valid,
-                                     "test": test})
+        graphs["train"] = GraphSpec(
+            len(types),
+            _names(types, ""),
+            types,
+            {"train": np.concatenate([base, rest]), "valid": valid, "test": test},
+        )
     else:
         for gname, s, tag in (("train", seed, "g0_"), ("test", seed + 1, "g1_")):
             types, base, targets = generate_graph(p, s)
@@ -147,8 +165,17 @@ def build_rule_kg(params: dict | None = None, inductive: bool = False) -> dict:
             else:  # the unseen graph: test queries; valid held-out facts stay in its graph
                 facts = {"train": np.concatenate([base, rest, valid]), "test": test}
             graphs[gname] = GraphSpec(len(types), _names(types, tag), types, facts)
-    return {"relation_names": relation_names(p), "graphs": graphs, "inductive": inductive,
-            "node_type_names": TYPES,
-            "meta": {"generator": "rule_kg", "params": p,
-                     "rules": [f"{t[0]}(x,y) <- #{{z: {t[1]}(x,z) & {t[2]}(z,y)}} >= {t[3]}"
-                               for t in TARGETS[: int(p["num_targets"])]]}}
+    return {
+        "relation_names": relation_names(p),
+        "graphs": graphs,
+        "inductive": inductive,
+        "node_type_names": TYPES,
+        "meta": {
+            "generator": "rule_kg",
+            "params": p,
+            "rules": [
+                f"{t[0]}(x,y) <- #{{z: {t[1]}(x,z) & {t[2]}(z,y)}} >= {t[3]}"
+                for t in TARGETS[: int(p["num_targets"])]
+            ],
+        },
+    }

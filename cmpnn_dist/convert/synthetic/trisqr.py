@@ -56,8 +56,9 @@ def _cycle(start: int, length: int, rel: int) -> list[tuple[int, int, int]]:
     return [(start + i, rel, start + (i + 1) % length) for i in range(length)]
 
 
-def trisqr_graphs(num_pairs: int = 100, seed: int = 0,
-                  train_fraction: float = 0.7) -> list[TriSqrGraph]:
+def trisqr_graphs(
+    num_pairs: int = 100, seed: int = 0, train_fraction: float = 0.7
+) -> list[TriSqrGraph]:
     """The ``2 * num_pairs`` graphs, pair by pair (G1 then G2), deterministic in ``seed``."""
     rng = np.random.default_rng(seed)
     n_train = int(round(train_fraction * num_pairs))
@@ -81,8 +82,11 @@ def trisqr_graphs(num_pairs: int = 100, seed: int = 0,
             negatives = list(range(neg_start, neg_start + size))
             queries = [(u, R0, v) for v in positives]
             triples = torch.tensor(edges + queries, dtype=torch.int64).reshape(-1, 3)
-            out.append(TriSqrGraph(INIT_NODES + 2 * size, triples, u, positives, negatives,
-                                   split, pair, kind))
+            out.append(
+                TriSqrGraph(
+                    INIT_NODES + 2 * size, triples, u, positives, negatives, split, pair, kind
+                )
+            )
     return out
 
 
@@ -102,17 +106,25 @@ def _union(graphs: list[TriSqrGraph]) -> tuple[int, np.ndarray, np.ndarray, list
 def build_trisqr(params: dict | None = None) -> dict:
     """Inductive dataset: graph "train" = the training graphs, graph "test" = the test graphs.
 
-    Graph "train": train facts = r1/r2 edges + the r0 positives (the training queries);
-    graph "test": train facts = its r1/r2 edges only, test facts = its r0 positives.
+    Graph "train": train facts = r1/r2 edges + the r0 positives (the training queries), with
+    r0 marked query-only so its message-passing graph holds the r1/r2 edges only; graph "test":
+    train facts = its r1/r2 edges, test facts = its r0 positives.
     """
-    p = merge_params({"num_pairs": 100, "seed": 0, "train_fraction": 0.7}, params,
-                     "synthetic:trisqr")
+    p = merge_params(
+        {"num_pairs": 100, "seed": 0, "train_fraction": 0.7}, params, "synthetic:trisqr"
+    )
     graphs = trisqr_graphs(int(p["num_pairs"]), int(p["seed"]), float(p["train_fraction"]))
     tr = _union([g for g in graphs if g.split == "train"])
     te = _union([g for g in graphs if g.split == "test"])
+    train_facts = {"train": np.concatenate([tr[1], tr[2]])}
     specs = {
-        "train": GraphSpec(tr[0], tr[3], None, {"train": np.concatenate([tr[1], tr[2]])}),
+        "train": GraphSpec(tr[0], tr[3], None, train_facts, query_only_relations=(R0,)),
         "test": GraphSpec(te[0], te[3], None, {"train": te[1], "test": te[2]}),
     }
-    return {"relation_names": RELATIONS, "graphs": specs, "inductive": True,
-            "node_type_names": [], "meta": {"generator": "trisqr", "params": p}}
+    return {
+        "relation_names": RELATIONS,
+        "graphs": specs,
+        "inductive": True,
+        "node_type_names": [],
+        "meta": {"generator": "trisqr", "params": p},
+    }

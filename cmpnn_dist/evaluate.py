@@ -1,0 +1,107 @@
+"""``python -m cmpnn_dist.evaluate ckpt=PATH [key=value ...]``: evaluate a saved model.
+
+``PATH`` is a checkpoint folder (``<run>/checkpoints/step_XXXXXXXX``) or a run folder (its
+newest valid checkpoint is used).  The model is rebuilt from the configuration stored in the
+checkpoint, merged with any overrides; the best weights (by validation MRR) are evaluated,
+or the checkpoint's current weights with ``weights=last``.  A checkpoint whose weights do
+not fit the configured model is one error line.  The last stdout line is one JSON object
+with ``run_dir``, ``valid`` and ``test``, as for ``cmpnn_dist.train``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from cmpnn_dist.cli import UsageError, ensure_dataset, run_cli, split_args, validate_config
+from cmpnn_dist.config import Config
+
+
+def resolve_checkpoint(path: Path) -> Path:
+    """A checkpoint folder, or the newest valid one under a run folder."""
+    from cmpnn_dist.training.checkpoint import find_latest_valid
+
+    if (path / "manifest.json").is_file():
+        return path
+    for root in (path / "checkpoints", path):
+        if root.is_dir():
+            found = find_latest_valid(root)
+            if found is not None:
+                return found
+    raise UsageError(f"no valid checkpoint at {path} (expected a checkpoint or run folder)")
+
+
+def config_from_checkpoint(saved: dict[str, Any], overrides: list[str]) -> Config:
+    try:
+        merged = OmegaConf.merge(
+            OmegaConf.structured(Config), saved, OmegaConf.from_dotlist(overrides)
+        )
+        cfg = OmegaConf.to_object(merged)
+    except Exception as exc:
+        raise UsageError(f"config error: {' '.join(str(exc).split())}") from exc
+    assert isinstance(cfg, Config)
+    validate_config(cfg)
+    return cfg
+
+
+def evaluate_checkpoint(path: Path, overrides: list[str], weights: str = "best") -> dict:
+    import torch
+
+    from cmpnn_dist.model import CMPNN
+    from cmpnn_dist.storage import open_dataset
+    from cmpnn_dist.training.checkpoint import load_checkpoint
+    from cmpnn_dist.training.data import load_train_data
+    from cmpnn_dist.training.loop import evaluate_split
+
+    ckpt = resolve_checkpoint(path)
+    state = load_checkpoint(ckpt)
+    cfg = config_from_checkpoint(state.get("config", {}), overrides)
+    data = load_train_data(open_dataset(ensure_dataset(cfg)))
+    model = CMPNN(cfg.model, data.num_relations, cfg.ops)
+    best = (state.get("best") or {}).get("state")
+    params = best if (weights == "best" and best is not None) else state["model"]
+    try:
+        model.load_state_dict(params)
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()
+        detail = "; ".join(line.strip() for line in first[1:4]) or first[0]
+        raise UsageError(
+            f"checkpoint {ckpt} does not fit the configured model "
+            f"(was it written with another model configuration?): {detail}"
+        ) from exc
+    device = torch.device("cuda" if torch.cuda.is_available() and cfg.train.device != "cpu"
+                          else "cpu")
+    model.to(device)
+    out: dict[str, Any] = {"run_dir": str(ckpt.parent.parent), "checkpoint": str(ckpt)}
+    for split_name in ("valid", "test"):
+        split = getattr(data, split_name)
+        if len(split.queries) == 0:
+            out[split_name] = {}
+            continue
+        graph = split.graph.to(device)
+        out[split_name] = evaluate_split(model, split, graph, cfg, data.num_relations)
+    print(f"evaluated {ckpt}: valid mrr {out['valid'].get('mrr', float('nan')):.4f}, "
+          f"test mrr {out['test'].get('mrr', float('nan')):.4f}", file=sys.stderr)
+    return out
+
+
+def _main(argv: list[str]) -> dict[str, Any]:
+    special, overrides = split_args(argv, ["ckpt", "weights"])
+    if "ckpt" not in special:
+        raise UsageError("usage: python -m cmpnn_dist.evaluate ckpt=PATH [weights=best|last] "
+                         "[key=value ...]")
+    weights = special.get("weights", "best")
+    if weights not in ("best", "last"):
+        raise UsageError(f"weights={weights!r}: choose best or last")
+    return evaluate_checkpoint(Path(special["ckpt"]).expanduser(), overrides, weights)
+
+
+def main() -> None:
+    sys.exit(run_cli(_main))
+
+
+if __name__ == "__main__":
+    main()
