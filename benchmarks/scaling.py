@@ -85,8 +85,10 @@ def run_scaling(args, dataset: Path, work: Path) -> list[dict]:
     if args.address:
         ray.init(address=args.address)
     else:
-        ray.init(num_cpus=max(os.cpu_count() or 1, max(args.workers) * args.cpus_per_worker),
-                 include_dashboard=False)
+        ray.init(
+            num_cpus=max(os.cpu_count() or 1, max(args.workers) * args.cpus_per_worker),
+            include_dashboard=False,
+        )
     rows = []
     for workers in args.workers:
         reps = []
@@ -105,20 +107,25 @@ def run_scaling(args, dataset: Path, work: Path) -> list[dict]:
                 restore = resumed["context_timing_s"].get("checkpoint_restore")
             t, c = out["timing"], out["context_timing_s"]
             saves = max(c.get("checkpoint_saves", 0), 1)
-            reps.append({
-                "wall_s": wall,
-                "step_s": t["step_s"],
-                "forward_s": t["forward_s"],
-                "backward_s": t["backward_s"],
-                "all_reduce_s": t.get("all_reduce_s", 0.0),
-                "metrics_all_reduce_s": c.get("all_reduce_metrics", 0.0) / max(t["steps"], 1),
-                "checkpoint_save_s": c.get("checkpoint_save", 0.0) / saves,
-                "checkpoint_report_s": c.get("checkpoint_report", 0.0) / saves,
-                "checkpoint_restore_s": restore,
-                "checkpoint_bytes": c.get("checkpoint_bytes"),
-            })
-        med = {k: statistics.median(r[k] for r in reps if r[k] is not None)
-               for k in reps[0] if any(r[k] is not None for r in reps)}
+            reps.append(
+                {
+                    "wall_s": wall,
+                    "step_s": t["step_s"],
+                    "forward_s": t["forward_s"],
+                    "backward_s": t["backward_s"],
+                    "all_reduce_s": t.get("all_reduce_s", 0.0),
+                    "metrics_all_reduce_s": c.get("all_reduce_metrics", 0.0) / max(t["steps"], 1),
+                    "checkpoint_save_s": c.get("checkpoint_save", 0.0) / saves,
+                    "checkpoint_report_s": c.get("checkpoint_report", 0.0) / saves,
+                    "checkpoint_restore_s": restore,
+                    "checkpoint_bytes": c.get("checkpoint_bytes"),
+                }
+            )
+        med = {
+            k: statistics.median(r[k] for r in reps if r[k] is not None)
+            for k in reps[0]
+            if any(r[k] is not None for r in reps)
+        }
         med["workers"] = workers
         med["queries_per_s"] = args.batch / med["step_s"]
         med["repeats"] = args.repeats
@@ -148,9 +155,14 @@ def biokg_checkpoint(repeats: int) -> dict:
     cfg.train.device = "cpu"
     num_rel, n = 51, 500
     g = torch.Generator().manual_seed(0)
-    facts = torch.stack([torch.randint(0, n, (4000,), generator=g),
-                         torch.randint(0, num_rel, (4000,), generator=g),
-                         torch.randint(0, n, (4000,), generator=g)], 1)
+    facts = torch.stack(
+        [
+            torch.randint(0, n, (4000,), generator=g),
+            torch.randint(0, num_rel, (4000,), generator=g),
+            torch.randint(0, n, (4000,), generator=g),
+        ],
+        1,
+    )
     data = train_data_from_triples(n, num_rel, facts[:3800], facts[3800:3900], facts[3900:])
     with tempfile.TemporaryDirectory() as tmp:
         ctx = LocalContext(Path(tmp) / "run", tensorboard=False)
@@ -170,37 +182,61 @@ def biokg_checkpoint(repeats: int) -> dict:
             loads.append(time.perf_counter() - t0)
         size = sum(f.stat().st_size for f in path.iterdir())
     params = sum(p.numel() for p in trainer.model.parameters())
-    return {"num_relations": num_rel, "parameters": params, "checkpoint_bytes": size,
-            "save_s": statistics.median(saves), "restore_s": statistics.median(loads),
-            "model": preset["model"], "repeats": repeats}
+    return {
+        "num_relations": num_rel,
+        "parameters": params,
+        "checkpoint_bytes": size,
+        "save_s": statistics.median(saves),
+        "restore_s": statistics.median(loads),
+        "model": preset["model"],
+        "repeats": repeats,
+    }
 
 
 def write_markdown(result: dict, path: Path) -> None:
-    lines = [f"# Scaling benchmark ({result['date']})", "", f"Machine: {result['machine']}", "",
-             f"Run: {result['setup']}", ""]
+    lines = [
+        f"# Scaling benchmark ({result['date']})",
+        "",
+        f"Machine: {result['machine']}",
+        "",
+        f"Run: {result['setup']}",
+        "",
+    ]
     if result.get("scaling"):
-        lines += ["| workers | queries/s | speedup | step ms | forward ms | backward ms | "
-                  "all-reduce ms | ckpt save ms | ckpt report ms | ckpt restore ms |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "| workers | queries/s | speedup | step ms | forward ms | backward ms | "
+            "all-reduce ms | ckpt save ms | ckpt report ms | ckpt restore ms |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for r in result["scaling"]:
+
             def ms(k, r=r):
                 v = r.get(k)
                 return "-" if v is None else f"{1000 * v:.1f}"
+
             lines.append(
                 f"| {r['workers']} | {r['queries_per_s']:.1f} | {r['speedup_vs_first']:.2f} | "
                 f"{ms('step_s')} | {ms('forward_s')} | {ms('backward_s')} | "
                 f"{ms('all_reduce_s')} | {ms('checkpoint_save_s')} | "
-                f"{ms('checkpoint_report_s')} | {ms('checkpoint_restore_s')} |")
-        lines += ["", "Medians over repeats; per-step times are rank 0's means.  backward "
-                  "includes the all-reduce it overlaps with."]
+                f"{ms('checkpoint_report_s')} | {ms('checkpoint_restore_s')} |"
+            )
+        lines += [
+            "",
+            "Medians over repeats; per-step times are rank 0's means.  backward "
+            "includes the all-reduce it overlaps with.",
+        ]
     if result.get("biokg_checkpoint"):
         b = result["biokg_checkpoint"]
-        lines += ["", "## biokg checkpoint (conf/biokg.yaml model, 51 relations)", "",
-                  f"- parameters: {b['parameters']:,}",
-                  f"- checkpoint size: {b['checkpoint_bytes'] / 2**20:.2f} MiB (model, Adam "
-                  "state, best weights, RNG, sampler, config)",
-                  f"- save: {1000 * b['save_s']:.1f} ms, restore (verify sha256 + load + "
-                  f"load_state_dict): {1000 * b['restore_s']:.1f} ms (median of {b['repeats']})"]
+        lines += [
+            "",
+            "## biokg checkpoint (conf/biokg.yaml model, 51 relations)",
+            "",
+            f"- parameters: {b['parameters']:,}",
+            f"- checkpoint size: {b['checkpoint_bytes'] / 2**20:.2f} MiB (model, Adam "
+            "state, best weights, RNG, sampler, config)",
+            f"- save: {1000 * b['save_s']:.1f} ms, restore (verify sha256 + load + "
+            f"load_state_dict): {1000 * b['restore_s']:.1f} ms (median of {b['repeats']})",
+        ]
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -223,15 +259,24 @@ def main() -> None:
 
     from cmpnn_dist.convert import build_dataset
 
-    result = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(),
-              "setup": (f"synthetic:rule_kg {args.entities} entities, {args.layers} layers x "
-                        f"{args.hidden}, global batch {args.batch}, 32 negatives, {args.steps} "
-                        f"steps, checkpoint every {args.every}, repeats {args.repeats}")}
+    result = {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": machine(),
+        "setup": (
+            f"synthetic:rule_kg {args.entities} entities, {args.layers} layers x "
+            f"{args.hidden}, global batch {args.batch}, 32 negatives, {args.steps} "
+            f"steps, checkpoint every {args.every}, repeats {args.repeats}"
+        ),
+    }
     with tempfile.TemporaryDirectory(prefix="cmpnn-scaling-") as tmp:
         work = Path(tmp)
         if args.workers:
-            dataset = build_dataset("synthetic:rule_kg", work / "data",
-                                    synthetic={"num_entities": args.entities}, name="scaling")
+            dataset = build_dataset(
+                "synthetic:rule_kg",
+                work / "data",
+                synthetic={"num_entities": args.entities},
+                name="scaling",
+            )
             result["scaling"] = run_scaling(args, dataset, work)
     if args.biokg:
         result["biokg_checkpoint"] = biokg_checkpoint(args.repeats)

@@ -21,6 +21,7 @@ import json
 import os
 import pickle
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -94,8 +95,9 @@ def dataset(tmp_path_factory) -> Path:
     from cmpnn_dist.convert import build_dataset
 
     out = tmp_path_factory.mktemp("data") / "tiny"
-    return build_dataset("synthetic:rule_kg", out, synthetic={"num_entities": 60}, num_shards=2,
-                         name="tiny")
+    return build_dataset(
+        "synthetic:rule_kg", out, synthetic={"num_entities": 60}, num_shards=2, name="tiny"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +181,11 @@ def _spawn_driver(cfg: Config, dataset: Path, tmp: Path, env: dict) -> subproces
     path.write_bytes(pickle.dumps(cfg))
     return subprocess.Popen(
         [sys.executable, "-c", DRIVER, str(path), str(dataset)],
-        cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=tmp,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         start_new_session=True,
     )
 
@@ -297,32 +303,69 @@ def test_ray_job_submit_end_to_end(tmp_path) -> None:
     port, dash = _free_port(), _free_port()
     temp_dir = tempfile.mkdtemp(prefix="rayt", dir="/tmp")  # short: unix socket path limit
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "CMPNN_"))}
+    # Ray 2.60 turns token auth on for a head that finds ~/.ray/auth_token; clients only send
+    # the token with RAY_AUTH_MODE=token, so say it on both sides (a token is made if missing)
+    env["RAY_AUTH_MODE"] = "token"
     head = subprocess.Popen(
-        ["ray", "start", "--head", "--block", "--num-cpus=2", f"--port={port}",
-         "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
-         f"--temp-dir={temp_dir}", "--disable-usage-stats"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [
+            "ray",
+            "start",
+            "--head",
+            "--block",
+            "--num-cpus=2",
+            f"--port={port}",
+            "--include-dashboard=true",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={dash}",
+            f"--temp-dir={temp_dir}",
+            "--disable-usage-stats",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     try:
         address = f"http://127.0.0.1:{dash}"
         deadline = time.monotonic() + 120
-        while subprocess.run(["ray", "job", "list", "--address", address], env=env,
-                             capture_output=True).returncode != 0:
+        while (
+            subprocess.run(
+                ["ray", "job", "list", "--address", address], env=env, capture_output=True
+            ).returncode
+            != 0
+        ):
             assert head.poll() is None, "ray start --head exited"
             assert time.monotonic() < deadline, "the head node's job server did not come up"
             time.sleep(1)
         root = tmp_path / "storage"
         cmd = [
-            "ray", "job", "submit", "--address", address, "--working-dir", str(REPO), "--",
-            "python", "-m", "cmpnn_dist.train", "cluster.num_workers=2",
-            "data.source=synthetic:rule_kg", "data.name=tiny", "+data.synthetic.num_entities=60",
-            f"train.max_steps={MAX_STEPS}", "train.batch_size=4", "train.num_negatives=8",
-            "train.progress=false", "model.num_layers=2", "model.hidden_dim=8",
-            "eval.max_queries=8", f"storage_root={root}", "run_name=submitted",
+            "ray",
+            "job",
+            "submit",
+            "--address",
+            address,
+            "--working-dir",
+            str(REPO),
+            "--",
+            "python",
+            "-m",
+            "cmpnn_dist.train",
+            "cluster.num_workers=2",
+            "data.source=synthetic:rule_kg",
+            "data.name=tiny",
+            "+data.synthetic.num_entities=60",
+            f"train.max_steps={MAX_STEPS}",
+            "train.batch_size=4",
+            "train.num_negatives=8",
+            "train.progress=false",
+            "model.num_layers=2",
+            "model.hidden_dim=8",
+            "eval.max_queries=8",
+            f"storage_root={root}",
+            "run_name=submitted",
             f"checkpoint.every_steps={EVERY}",
         ]
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO,
-                              timeout=400)
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO, timeout=400)
         output = done.stdout + done.stderr
         assert done.returncode == 0, output[-5000:]
         lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{") and "run_dir" in ln]
@@ -334,6 +377,11 @@ def test_ray_job_submit_end_to_end(tmp_path) -> None:
     finally:
         try:
             os.killpg(head.pid, signal.SIGTERM)
-            head.wait(timeout=60)
+            head.wait(timeout=30)
         except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+        try:  # whatever of the head's process group is still there
             os.killpg(head.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        shutil.rmtree(temp_dir, ignore_errors=True)

@@ -139,3 +139,38 @@ def test_settings_are_checked() -> None:
     cfg.cluster.backend = "nccl"
     with pytest.raises(DistributedTrainingError, match="use_gpu"):
         backend_for(cfg)
+
+
+def test_step_timer_with_ddp_matches_plain_gradients(tmp_path: Path) -> None:
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from cmpnn_dist.distributed.timing import StepTimer
+
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        plain = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+        wrapped = DistributedDataParallel(copy_of(plain))
+        timer = StepTimer(enabled=True)
+        timer.attach(wrapped)
+        x = torch.randn(32, 6)
+        for _ in range(3):
+            for m in (plain, wrapped):
+                m.zero_grad()
+                m(x).pow(2).sum().backward()
+        for p, q in zip(plain.parameters(), wrapped.module.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, q.grad)
+        summary = timer.summary()
+        assert summary["steps"] == 3
+        for key in ("forward_s", "backward_s", "all_reduce_s", "step_s"):
+            assert summary[key] > 0, key
+    finally:
+        dist.destroy_process_group()
+
+
+def copy_of(module: torch.nn.Module) -> torch.nn.Module:
+    import copy
+
+    return copy.deepcopy(module)

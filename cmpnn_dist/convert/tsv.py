@@ -126,6 +126,7 @@ def encode_graph(
     unseen: str,
     what: str,
     headers: frozenset[str] = frozenset(),
+    train_relation_ids: np.ndarray | None = None,
 ) -> tuple[pa.Array, dict[str, np.ndarray], dict[str, dict[str, int]], tuple | None]:
     """Entities (from train, plus valid/test ones when ``unseen == "keep"``), int facts,
     stats, and the training CSR when it could be computed on the way (else None).
@@ -140,7 +141,11 @@ def encode_graph(
     for split, (path, table) in tables.items():
         kn = None
         if split in known:
-            kn = (known[split][0], encode(table.column("relation"), relations), known[split][1])
+            if split == "train" and train_relation_ids is not None:
+                rids = train_relation_ids
+            else:
+                rids = encode(table.column("relation"), relations)
+            kn = (known[split][0], rids, known[split][1])
         f, dropped = encode_split(
             path,
             table,
@@ -191,7 +196,7 @@ def convert_transductive(
         s for s, p in paths.items() if header_line is not None and _first_line(p) == header_line
     )
     tables = {s: (p, read_tsv(p, skip_header=s in headers)) for s, p in paths.items()}
-    relations = vocabulary(tables["train"][1].column("relation"))
+    relations, (rel_ids,) = encode_vocabulary(tables["train"][1].column("relation"))
     entities, facts, stats, csr = encode_graph(
         folder,
         relations,
@@ -199,6 +204,7 @@ def convert_transductive(
         unseen=unseen,
         what=f"the training file {tables['train'][0]}",
         headers=headers,
+        train_relation_ids=rel_ids,
     )
     types, type_names = node_types_for(entities, node_types)
     graph = GraphSpec(len(entities), entities, types, facts, csr)
@@ -231,13 +237,13 @@ def convert_inductive(
         )
     unseen = _unseen_mode(drop_unseen_entities, keep_unseen_entities)
     graphs, type_names, stats = {}, None, {}
-    relations = None
+    relations, rel_ids = None, None
     for gname, d in (("train", folder), ("test", ind)):
         tables = {
             s: (p, read_tsv(p)) for s in ("train", "valid", "test") for p in [split_file(d, s)]
         }
         if relations is None:
-            relations = vocabulary(tables["train"][1].column("relation"))
+            relations, (rel_ids,) = encode_vocabulary(tables["train"][1].column("relation"))
             train_file = tables["train"][0]
         entities, facts, st, csr = encode_graph(
             d,
@@ -247,6 +253,7 @@ def convert_inductive(
             what=f"the training graph's {train_file}"
             if gname == "train"
             else f"{train_file} (relations) / {tables['train'][0]} (entities)",
+            train_relation_ids=rel_ids if gname == "train" else None,
         )
         types, names = node_types_for(entities, node_types)
         if type_names is not None and names != type_names and types is not None:

@@ -55,7 +55,10 @@ class StepTimer:
         for p in params:
             p.register_post_accumulate_grad_hook(self._grad_ready)
         if hasattr(model, "register_comm_hook"):
-            model.register_comm_hook(None, self._timed_allreduce)
+            # a lambda: DDP rejects hooks whose (string) annotations are not dist.GradBucket
+            model.register_comm_hook(
+                None, lambda state, bucket: self._timed_allreduce(state, bucket)
+            )
 
     def _close_backward(self) -> None:
         if self._bwd_start is not None and self._last_grad is not None:

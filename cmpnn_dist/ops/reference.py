@@ -150,9 +150,10 @@ class _Propagate(torch.autograd.Function):
                     continue
                 s, r, d = src[e0:e1], rel[e0:e1], dst[e0:e1]
                 msg = _messages(x, param, s, r, ctx.basis) if recompute else None
-                gm = _scratch(4, (e1 - e0, *x.shape[1:]), x).zero_()
                 if "sum" in g:
-                    gm.add_(_gather(g["sum"], d, 5))
+                    gm = _gather(g["sum"], d, 4)
+                else:
+                    gm = _scratch(4, (e1 - e0, *x.shape[1:]), x).zero_()
                 if "sumsq" in g:
                     gm.addcmul_(_gather(g["sumsq"], d, 5), msg, value=2.0)
                 for a in ("max", "min"):

@@ -56,6 +56,12 @@ def read_batch(path: Path, schema: pa.Schema | None = None) -> pa.RecordBatch:
         raise StorageError(f"unreadable Arrow IPC file ({exc})", path) from exc
 
 
+def _in_range(t: Tensor, upper: int) -> bool:
+    """``0 <= t < upper`` for every element (one pass: aminmax)."""
+    lo, hi = torch.aminmax(t)
+    return int(lo) >= 0 and int(hi) < upper
+
+
 @dataclass(eq=False)
 class CSRShard:
     """Rows ``node_start:node_end`` of the destination-sorted CSR (zero-copy views).
@@ -96,9 +102,9 @@ def load_shard(path: Path, entry: dict[str, Any], num_nodes: int, num_rel2: int)
         )
     if rows and bool((indptr[1:] < indptr[:-1]).any()):
         raise StorageError("row offsets are not monotone", path)
-    if e and (int(src.min()) < 0 or int(src.max()) >= num_nodes):
+    if e and not _in_range(src, num_nodes):
         raise StorageError(f"source id out of range [0, {num_nodes})", path)
-    if e and (int(rel.min()) < 0 or int(rel.max()) >= num_rel2):
+    if e and not _in_range(rel, num_rel2):
         raise StorageError(f"relation id out of range [0, {num_rel2})", path)
     return CSRShard(entry["node_start"], entry["node_end"], indptr, src, rel, path)
 
