@@ -3,7 +3,9 @@
 Graph: fb237_v1 (GraIL inductive split, train facts + inverses) from ../shared/data when
 present, else a random graph of the same size (1,594 nodes, 4,245 facts, 180 relations).
 Every measurement interleaves the implementations (one rep of each in turn) and reports
-medians, so background load hits them alike; ratios are naive / reference.
+medians, so background load hits them alike; ratios are naive / reference.  Wall time and
+process CPU time are both reported: on a shared, oversubscribed machine the CPU time of a
+single-threaded run (``--threads 1``) is the stable number.
 
     python benchmarks/bench_propagate.py [--reps 7] [--threads 2] [--batch 64]
 
@@ -45,10 +47,11 @@ def load_graph():
     return graph_from_triples(n, r, facts), r, "random, fb237_v1-sized"
 
 
-def timed(fn) -> float:
-    t = time.perf_counter()
+def timed(fn) -> tuple[float, float]:
+    """(wall seconds, process CPU seconds) of one call."""
+    t, c = time.perf_counter(), time.process_time()
     fn()
-    return time.perf_counter() - t
+    return time.perf_counter() - t, time.process_time() - c
 
 
 def bench_ops(graph, batch, dim, reps):
@@ -71,7 +74,7 @@ def bench_ops(graph, batch, dim, reps):
             ["sum"],
         ),
     }
-    times: dict[tuple[str, str], list[float]] = {}
+    times: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for _ in range(reps):
         for name, (msg, rel, aggs) in cases.items():
             for impl in ("naive", "reference"):
@@ -98,7 +101,7 @@ def bench_model(graph, num_rel, batch, reps):
             torch.manual_seed(0)
             m = CMPNN(cfg, num_rel, OpsConfig(impl=impl))
             models[(name, impl)] = (m, torch.optim.Adam(m.parameters(), lr=5e-3))
-    times: dict[tuple[str, str], list[float]] = {}
+    times: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for _ in range(reps):
         for key, (m, opt) in models.items():
 
@@ -114,16 +117,31 @@ def bench_model(graph, num_rel, batch, reps):
     return times
 
 
-def table(title, times, unit_ms=True):
+def table(title, times):
+    """Median wall and CPU milliseconds per implementation, and naive / reference ratios."""
     names = list(dict.fromkeys(k[0] for k in times))
-    lines = [f"### {title}", "", "| case | naive ms | reference ms | naive / reference |"]
-    lines.append("|---|---|---|---|")
+    lines = [
+        f"### {title}",
+        "",
+        "| case | naive wall ms | reference wall ms | ratio | naive CPU ms | reference CPU ms "
+        "| ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
     rows = {}
     for name in names:
-        a = statistics.median(times[(name, "naive")]) * 1000
-        b = statistics.median(times[(name, "reference")]) * 1000
-        rows[name] = {"naive_ms": a, "reference_ms": b, "ratio": a / b}
-        lines.append(f"| {name} | {a:.1f} | {b:.1f} | {a / b:.2f} |")
+        med = {
+            impl: [statistics.median(t[i] for t in times[(name, impl)]) * 1000 for i in (0, 1)]
+            for impl in ("naive", "reference")
+        }
+        (aw, ac), (bw, bc) = med["naive"], med["reference"]
+        rows[name] = {
+            "naive_wall_ms": aw,
+            "reference_wall_ms": bw,
+            "naive_cpu_ms": ac,
+            "reference_cpu_ms": bc,
+        }
+        cells = [f"{aw:.1f}", f"{bw:.1f}", f"{aw / bw:.2f}", f"{ac:.1f}", f"{bc:.1f}"]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {ac / bc:.2f} |")
     return "\n".join(lines), rows
 
 

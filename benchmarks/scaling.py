@@ -79,7 +79,7 @@ def run_scaling(args, dataset: Path, work: Path) -> list[dict]:
     import ray
 
     from cmpnn_dist.distributed import run_distributed
-    from cmpnn_dist.distributed.context import checkpoint_candidates
+    from cmpnn_dist.distributed.resume import checkpoint_candidates
 
     os.environ["CMPNN_TIMING"] = "1"
     if args.address:
@@ -202,6 +202,13 @@ def write_markdown(result: dict, path: Path) -> None:
         f"Run: {result['setup']}",
         "",
     ]
+    if "load_average_1min" in result:
+        la = result["load_average_1min"]
+        lines += [
+            f"1-minute load average at start / end: {la['start']:.1f} / {la['end']:.1f} "
+            "(above the core count, other processes shared the CPUs: ratios are noisy)",
+            "",
+        ]
     if result.get("scaling"):
         lines += [
             "| workers | queries/s | speedup | step ms | forward ms | backward ms | "
@@ -268,6 +275,7 @@ def main() -> None:
             f"steps, checkpoint every {args.every}, repeats {args.repeats}"
         ),
     }
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="cmpnn-scaling-") as tmp:
         work = Path(tmp)
         if args.workers:
@@ -278,6 +286,8 @@ def main() -> None:
                 name="scaling",
             )
             result["scaling"] = run_scaling(args, dataset, work)
+    # the machine may be shared: the 1-minute load average tells how busy it was
+    result["load_average_1min"] = {"start": load_before[0], "end": os.getloadavg()[0]}
     if args.biokg:
         result["biokg_checkpoint"] = biokg_checkpoint(args.repeats)
         print(json.dumps(result["biokg_checkpoint"]), flush=True)

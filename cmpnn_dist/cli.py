@@ -162,6 +162,8 @@ def ensure_dataset(cfg: Config, progress: bool = True) -> Path:
             raw_path=raw,
             num_shards=cfg.data.num_shards,
             drop_unseen_entities=cfg.data.drop_unseen_entities,
+            keep_unseen_entities=cfg.data.keep_unseen_entities,
+            node_types=cfg.data.node_types,
             synthetic=dict(cfg.data.synthetic),
             name=cfg.data.name,
         )

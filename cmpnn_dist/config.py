@@ -30,8 +30,12 @@ class DataConfig:
     source: str = "synthetic:rule_kg"
     raw_path: str | None = None
     num_shards: int = 4
-    # transductive TSV: drop valid/test facts whose entity never occurs in training
+    # transductive TSV: valid/test facts whose entity never occurs in training are an error
+    # unless dropped (counted and reported) or kept as isolated nodes (standard WN18RR / FB15k-237)
     drop_unseen_entities: bool = False
+    keep_unseen_entities: bool = False
+    # TSV sources: "prefix" (Kind::id names) or a TSV file of entity<TAB>type; None: untyped
+    node_types: str | None = None
     # synthetic generators take their size and seed from here
     synthetic: dict[str, Any] = field(default_factory=dict)
 

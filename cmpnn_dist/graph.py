@@ -92,7 +92,7 @@ class Graph:
         return order[starts + offsets]
 
     def find_pair_edges(self, a: Tensor, b: Tensor) -> Tensor:
-        """Edge ids of every edge between ``a[i]`` and ``b[i]`` in either direction, any relation."""
+        """Edge ids of every edge between ``a[i]`` and ``b[i]``, either direction, any relation."""
         if "pair_keys" not in self._cache:
             keys = self.src * self.num_nodes + self.dst()
             self._cache["pair_keys"] = torch.sort(keys)

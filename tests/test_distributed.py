@@ -35,7 +35,7 @@ import torch
 
 from cmpnn_dist.config import Config
 from cmpnn_dist.distributed import faults
-from cmpnn_dist.distributed.context import checkpoint_candidates, select_checkpoint
+from cmpnn_dist.distributed.resume import checkpoint_candidates, select_checkpoint
 from cmpnn_dist.training.checkpoint import MANIFEST, STATE_FILE, load_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,8 +15,8 @@ import torch
 
 from cmpnn_dist.config import Config
 from cmpnn_dist.distributed import faults, remote
-from cmpnn_dist.distributed.context import checkpoint_candidates, select_checkpoint
 from cmpnn_dist.distributed.driver import DistributedTrainingError, backend_for, check_settings
+from cmpnn_dist.distributed.resume import checkpoint_candidates, select_checkpoint
 from cmpnn_dist.training.checkpoint import MANIFEST, STATE_FILE, load_checkpoint, save_checkpoint
 
 

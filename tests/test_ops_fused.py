@@ -210,8 +210,8 @@ def test_gpu_float32_large_hub(kind: str) -> None:
     w = {a: torch.randn_like(want[a]) for a in aggs}
     ga = torch.autograd.grad(sum((got[a] * w[a]).sum() for a in aggs), ps)
     gb = torch.autograd.grad(sum((want[a] * w[a]).sum() for a in aggs), ps)
-    for a, b_ in zip(ga, gb, strict=True):
-        torch.testing.assert_close(a, b_, rtol=1e-3, atol=1e-2)
+    for a, b_ in zip(ga, gb, strict=True):  # float32 sums over ~10^5 edges in another order
+        torch.testing.assert_close(a, b_, rtol=1e-2, atol=1e-2)
 
 
 @pytest.mark.gpu

@@ -6,6 +6,9 @@ Uses the real CMPNN and evaluation on small hand-built graphs, deterministic CPU
 from __future__ import annotations
 
 import csv
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -52,6 +55,7 @@ def rule_kg(num_nodes: int = 48, seed: int = 0) -> TrainData:
 
 def small_cfg(**train) -> Config:
     cfg = Config()
+    cfg.model.init = 3  # draws eps ~ N(0, 1) from the torch RNG: resume must restore it
     cfg.model.num_layers = 2
     cfg.model.hidden_dim = 8
     cfg.model.decoder_hidden_dim = 8
@@ -130,17 +134,44 @@ def test_resume_after_crash_is_bit_identical(data, reference_run, tmp_path):
     assert [r["kind"] for r in rows].count("test") == 1
 
 
-def test_resume_skips_torn_checkpoint_and_budget_stop(data, reference_run, tmp_path):
-    """Stop by a step budget, tear the newest checkpoint, resume: still bit-identical."""
+def test_resume_in_a_new_process_is_bit_identical(reference_run, tmp_path):
+    """The interrupted part runs in a separate Python process (like a preempted job)."""
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_training import Crash, _crash_at, fit, rule_kg, small_cfg
+        try:
+            fit(small_cfg(), rule_kg(32), run_dir={str(tmp_path)!r}, on_step=_crash_at(22))
+        except Crash:
+            sys.exit(3)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    res = fit(small_cfg(), rule_kg(32), run_dir=tmp_path)
+    assert res.resumed_from_step == 20
+    _assert_same_weights(reference_run.final_state, res.final_state)
+    assert _train_rows(res.history) == _train_rows(reference_run.history)
+
+
+@pytest.mark.parametrize("torn", [False, True])
+def test_resume_after_budget_stop(data, reference_run, tmp_path, torn):
+    """Stop by a step budget (which validates and checkpoints at step 17), optionally tear
+    that checkpoint, then train to the end: still bit-identical to the uninterrupted run
+    (evaluation must not perturb the training RNG stream)."""
     first = fit(small_cfg(max_steps=17), data, run_dir=tmp_path)
-    assert first.step == 17
+    assert first.step == 17 and first.history[-2]["kind"] == "valid"
     names = [p.name for _, p in list_checkpoints(tmp_path / "checkpoints")]
     assert names[-1] == "step_00000017"  # the budget stop writes a checkpoint
-    state_file = tmp_path / "checkpoints" / "step_00000017" / "state.pt"
-    state_file.write_bytes(state_file.read_bytes()[:100])
-    with pytest.warns(UserWarning, match="step_00000017"):
+    if torn:
+        state_file = tmp_path / "checkpoints" / "step_00000017" / "state.pt"
+        state_file.write_bytes(state_file.read_bytes()[:100])
+        with pytest.warns(UserWarning, match="step_00000017"):
+            res = fit(small_cfg(), data, run_dir=tmp_path)
+    else:
         res = fit(small_cfg(), data, run_dir=tmp_path)
-    assert res.resumed_from_step == 15
+    assert res.resumed_from_step == (15 if torn else 17)
     _assert_same_weights(reference_run.final_state, res.final_state)
     assert _train_rows(res.history) == _train_rows(reference_run.history)
 
@@ -173,10 +204,10 @@ def test_model_config_mismatch_is_a_clear_error(data, reference_run, tmp_path):
         fit(cfg, data, run_dir=tmp_path)
 
 
-def test_fit_leaves_global_determinism_flag(data, tmp_path):
-    before = torch.are_deterministic_algorithms_enabled()
+def test_fit_restores_global_settings(data, tmp_path):
+    before = (torch.are_deterministic_algorithms_enabled(), torch.get_num_threads())
     fit(small_cfg(max_steps=2), data, run_dir=tmp_path)
-    assert torch.are_deterministic_algorithms_enabled() == before
+    assert (torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()) == before
 
 
 def test_short_run_learns_rules(tmp_path):
@@ -185,7 +216,6 @@ def test_short_run_learns_rules(tmp_path):
     cfg.model.num_layers = 3
     cfg.model.hidden_dim = 32
     cfg.model.decoder_hidden_dim = 32
-    cfg.train.deterministic = False
     cfg.checkpoint.every_steps = None
     torch.manual_seed(cfg.train.seed)  # fit seeds the same way: the same initial weights
     untrained = CMPNN(cfg.model, data.num_relations, cfg.ops)

@@ -23,13 +23,12 @@ others with a one-integer broadcast.
 
 from __future__ import annotations
 
+import json
 import logging
-import re
 import shutil
 import tempfile
 import time
 import uuid
-import warnings
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -40,60 +39,16 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from cmpnn_dist.training.checkpoint import CheckpointError, read_manifest
+from cmpnn_dist.training.checkpoint import read_manifest
 from cmpnn_dist.training.context import LocalContext
 
 from . import faults, remote
+from .resume import fetch_checkpoint, select_checkpoint
 from .timing import StepTimer
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_NAME = re.compile(r"^step_(\d+)(?:-[0-9a-z]+)?$")
 BEST_DIR = "best"
-
-
-def checkpoint_candidates(run_uri: str) -> list[tuple[int, str]]:
-    """``(step, name)`` of the ``step_*`` folders in the run folder, newest step first."""
-    found = []
-    for name in remote.list_dirs(run_uri):
-        m = CHECKPOINT_NAME.match(name)
-        if m:
-            found.append((int(m.group(1)), name))
-    return sorted(found, key=lambda x: (x[0], x[1]), reverse=True)
-
-
-def fetch_checkpoint(run_uri: str, name: str, scratch: Path) -> Path:
-    """A local folder with checkpoint ``name`` (the folder itself when storage is local)."""
-    src = remote.join(run_uri, name)
-    if not remote.is_uri(src):
-        return Path(src)
-    fs, path = remote.filesystem(src)
-    dst = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=scratch))
-    import pyarrow.fs as pafs
-
-    pafs.copy_files(
-        path, str(dst), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem()
-    )
-    return dst
-
-
-def select_checkpoint(run_uri: str, scratch: Path) -> tuple[Path, dict[str, Any], str] | None:
-    """Newest valid checkpoint of the run: ``(local folder, manifest, name)``.
-
-    Torn ones (no manifest, a file missing, truncated or with a wrong sha256) are skipped with
-    ``warnings.warn`` and ``logger.warning`` naming them.
-    """
-    for _, name in checkpoint_candidates(run_uri):
-        local = fetch_checkpoint(run_uri, name, scratch)
-        try:
-            manifest = read_manifest(local, verify_checksums=True)
-        except CheckpointError as e:
-            msg = f"skipping invalid checkpoint {remote.join(run_uri, name)}: {e}"
-            logger.warning(msg)
-            warnings.warn(msg, stacklevel=2)
-            continue
-        return local, manifest, name
-    return None
 
 
 def _plain(value: Any) -> Any:
@@ -153,6 +108,7 @@ class RayTrainContext:
             self._metrics = LocalContext(
                 self.run_dir, self.device, resume=True, tensorboard=tensorboard
             )
+            self._best_score = self._saved_best_score()
 
     # ------------------------------------------------------------------ topology
     @property
@@ -265,6 +221,17 @@ class RayTrainContext:
         t = torch.tensor([int(flag)], device=self.device)
         dist.broadcast(t, src=0)
         return bool(t.item())
+
+    def _saved_best_score(self) -> float | None:
+        """Score of ``<run>/best`` left by an earlier attempt (so a restart keeps the best)."""
+        uri = remote.join(self.run_uri, BEST_DIR, "manifest.json")
+        if not self.resume or not remote.exists(uri):
+            return None
+        try:
+            score = json.loads(remote.read_text(uri)).get("meta", {}).get("score")
+        except ValueError:
+            return None
+        return float(score) if isinstance(score, (int, float)) else None
 
     def _maybe_keep_best(self, local: Path, manifest: dict[str, Any]) -> None:
         score = (manifest.get("meta") or {}).get("score")

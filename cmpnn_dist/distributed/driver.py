@@ -142,7 +142,7 @@ def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
     backend = backend_for(cfg)
     timeout_s = max(1, math.ceil(cl.collective_timeout_s))
     # Ray Train's own barriers (ray.train.report) get the same bound as torch's collectives
-    os.environ.setdefault("RAY_TRAIN_COLLECTIVE_TIMEOUT_S", str(timeout_s))
+    os.environ["RAY_TRAIN_COLLECTIVE_TIMEOUT_S"] = str(timeout_s)
 
     resources = {"CPU": float(cl.cpus_per_worker)}
     if cl.use_gpu:

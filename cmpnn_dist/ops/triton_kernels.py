@@ -115,11 +115,12 @@ def fwd_kernel(
     slot = tl.load(it_slot + item).to(tl.int64)
     acc_s = tl.zeros((BLOCK_E, BLOCK_C), dtype=ACC)
     acc_q = tl.zeros((BLOCK_E, BLOCK_C), dtype=ACC)
-    # max / min: per-column running value and arg edge (1D: fewer live registers)
-    acc_mx = tl.full((BLOCK_C,), float("-inf"), dtype=ACC)
-    acc_mn = tl.full((BLOCK_C,), float("inf"), dtype=ACC)
-    arg_mx = tl.full((BLOCK_C,), -1, dtype=tl.int32)
-    arg_mn = tl.full((BLOCK_C,), -1, dtype=tl.int32)
+    # max / min: running value and arg edge per lane (reduced once at the end; measured
+    # faster on an H200 than reducing every chunk into 1D accumulators)
+    acc_mx = tl.full((BLOCK_E, BLOCK_C), float("-inf"), dtype=ACC)
+    acc_mn = tl.full((BLOCK_E, BLOCK_C), float("inf"), dtype=ACC)
+    arg_mx = tl.full((BLOCK_E, BLOCK_C), -1, dtype=tl.int32)
+    arg_mn = tl.full((BLOCK_E, BLOCK_C), -1, dtype=tl.int32)
     for e0 in range(start, end, BLOCK_E):
         eids = e0 + tl.arange(0, BLOCK_E)
         emask = eids < end
@@ -137,33 +138,33 @@ def fwd_kernel(
             acc_s += msg
         if DO_SQ:
             acc_q += msg * msg
-        if DO_MAX:  # chunk max, its smallest edge id; strict > keeps the earliest chunk
+        if DO_MAX:  # strict > keeps each lane's earliest edge among ties
             v = tl.where(m2, msg, float("-inf"))
-            cm = tl.max(v, 0)
-            ca = tl.min(tl.where(v == cm[None, :], eids[:, None], 2147483647), 0)
-            upd = cm > acc_mx
-            acc_mx = tl.where(upd, cm, acc_mx)
-            arg_mx = tl.where(upd, ca, arg_mx)
+            upd = v > acc_mx
+            acc_mx = tl.where(upd, v, acc_mx)
+            arg_mx = tl.where(upd, eids[:, None], arg_mx)
         if DO_MIN:
             v = tl.where(m2, msg, float("inf"))
-            cm = tl.min(v, 0)
-            ca = tl.min(tl.where(v == cm[None, :], eids[:, None], 2147483647), 0)
-            upd = cm < acc_mn
-            acc_mn = tl.where(upd, cm, acc_mn)
-            arg_mn = tl.where(upd, ca, arg_mn)
+            upd = v < acc_mn
+            acc_mn = tl.where(upd, v, acc_mn)
+            arg_mn = tl.where(upd, eids[:, None], arg_mn)
     out = slot * C + cols
     if DO_SUM:
         tl.store(o_sum + out, tl.sum(acc_s, 0).to(o_sum.dtype.element_ty), mask=cmask)
     if DO_SQ:
         tl.store(o_sq + out, tl.sum(acc_q, 0).to(o_sq.dtype.element_ty), mask=cmask)
-    if DO_MAX:
-        none = acc_mx == float("-inf")
-        tl.store(o_max + out, tl.where(none, 0.0, acc_mx).to(o_max.dtype.element_ty), mask=cmask)
-        tl.store(a_max + out, tl.where(none, -1, arg_mx), mask=cmask)
+    if DO_MAX:  # smallest edge id among the lanes holding the max
+        mx = tl.max(acc_mx, 0)
+        am = tl.min(tl.where(acc_mx == mx[None, :], arg_mx, 2147483647), 0)
+        none = mx == float("-inf")
+        tl.store(o_max + out, tl.where(none, 0.0, mx).to(o_max.dtype.element_ty), mask=cmask)
+        tl.store(a_max + out, tl.where(none, -1, am), mask=cmask)
     if DO_MIN:
-        none = acc_mn == float("inf")
-        tl.store(o_min + out, tl.where(none, 0.0, acc_mn).to(o_min.dtype.element_ty), mask=cmask)
-        tl.store(a_min + out, tl.where(none, -1, arg_mn), mask=cmask)
+        mn = tl.min(acc_mn, 0)
+        am = tl.min(tl.where(acc_mn == mn[None, :], arg_mn, 2147483647), 0)
+        none = mn == float("inf")
+        tl.store(o_min + out, tl.where(none, 0.0, mn).to(o_min.dtype.element_ty), mask=cmask)
+        tl.store(a_min + out, tl.where(none, -1, am), mask=cmask)
 
 
 @triton.jit

@@ -11,6 +11,8 @@ One step (``B`` = global batch, ``b = B / world_size`` this worker's share, ``k`
 Epochs run until ``train.epochs`` or the ``train.max_steps`` budget.  After each epoch every
 rank validates on the *whole* validation split (same numbers everywhere, so no broadcast is
 needed and every rank makes the same best-model decision; wall time equals rank-0-only).
+``train.deterministic`` turns on ``torch.use_deterministic_algorithms`` and one intra-op
+thread for the duration of fit (both restored afterwards).
 Evaluation runs inside :func:`isolated_rng`, so it never perturbs the training RNG stream.
 The best weights by valid MRR are kept; at the end they are tested.
 
@@ -212,7 +214,7 @@ class _Trainer:
         self.last_valid_mrr = state["last_valid_mrr"]
         restore_rng_state(state["rng"])
         self.resumed_from = self.step
-        logger.info("resumed from step %d (%s)", self.step, path)
+        logger.warning("resumed from step %d (%s)", self.step, path)
         self.ctx.on_resume(self.history, self.step)
 
     # ------------------------------------------------------------------ steps
@@ -371,10 +373,15 @@ def fit(
             resume=cfg.resume,
         )
     was_deterministic = torch.are_deterministic_algorithms_enabled()
+    threads = torch.get_num_threads()
     seed_everything(tc.seed)
     if tc.deterministic:
+        # CPU float reductions split work by thread count: one thread makes a run (and its
+        # resumption in another process) bit-reproducible whatever the machine's core count.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True)
+        # on CUDA an op without a deterministic kernel warns instead of failing the run
+        torch.use_deterministic_algorithms(True, warn_only=ctx.device.type != "cpu")
+        torch.set_num_threads(1)
     try:
         result = _Trainer(cfg, data, ctx, on_step).run()
         if result.run_dir is None and run_dir is not None:
@@ -394,6 +401,7 @@ def fit(
         return result
     finally:
         torch.use_deterministic_algorithms(was_deterministic)
+        torch.set_num_threads(threads)
         if own_ctx:
             ctx.close()
 
