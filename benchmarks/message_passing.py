@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append({"impl": impl, "error": "skipped: Triton runs only interpreted on CPU"})
                 continue
             if args.device == "cpu" and impl == "naive":
-                rows.append({"impl": impl, "error": "skipped: needs ~50 GB (|E| x B x d messages)"})
+                rows.append({"impl": impl, "error": "skipped: needs ~50 GB (E x B x d messages)"})
                 continue
             try:
                 row = measure(impl, case, graph, args, floor)

@@ -51,13 +51,20 @@ class Aggregation(nn.Module):
             return raw["sum"]
         if self.kind == "max":
             return raw["max"]
+        if self.kind == "mean":
+            return raw["sum"] / raw["degree"].clamp(min=1).view(-1, 1, 1)
+        stats, scale = self.pna_parts(raw)
+        return torch.cat([stats, stats * scale, stats / scale.clamp(min=1e-2)], dim=-1)
+
+    @staticmethod
+    def pna_parts(raw: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        """PNA statistics S = [mean, max, min, std] float [N, B, 4d] and the log-degree
+        scaler s float [N, 1, 1]; AGG = [S, S s, S / max(s, 1e-2)]."""
         deg = raw["degree"]
         count = deg.clamp(min=1).view(-1, 1, 1)
         mean = raw["sum"] / count
-        if self.kind == "mean":
-            return mean
         std = torch.sqrt(torch.relu(raw["sumsq"] / count - mean * mean) + 1e-6)
         stats = torch.cat([mean, raw["max"], raw["min"], std], dim=-1)
         log_deg = torch.log(deg + 1)
         scale = (log_deg / log_deg.mean().clamp(min=1e-6)).view(-1, 1, 1)
-        return torch.cat([stats, stats * scale, stats / scale.clamp(min=1e-2)], dim=-1)
+        return stats, scale

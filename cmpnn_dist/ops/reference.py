@@ -22,6 +22,7 @@ tensors cost more in page faults than the gathers themselves.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -60,18 +61,25 @@ _SCRATCH: dict[tuple, Tensor] = {}
 
 
 def _scratch(slot: int, shape: tuple[int, ...], like: Tensor) -> Tensor:
-    """A reusable uninitialised buffer of ``shape`` (grown on demand; one per slot/dtype/device)."""
-    key = (slot, like.dtype, like.device)
+    """An uninitialised buffer of ``shape`` for per-piece temporaries.
+
+    On CPU it is reused across calls (one per thread, slot and dtype; grown on demand, at most
+    ~``CACHE_ELEMENTS`` entries each); elsewhere the device's caching allocator already makes
+    fresh tensors cheap, so a new one is returned.
+    """
+    if like.device.type != "cpu":
+        return torch.empty(shape, dtype=like.dtype, device=like.device)
+    key = (threading.get_ident(), slot, like.dtype)
     numel = int(np.prod(shape))
     buf = _SCRATCH.get(key)
     if buf is None or buf.numel() < numel:
-        buf = torch.empty(numel, dtype=like.dtype, device=like.device)
+        buf = torch.empty(numel, dtype=like.dtype)
         _SCRATCH[key] = buf
     return buf[:numel].view(shape)
 
 
 def clear_scratch() -> None:
-    """Release the scratch buffers."""
+    """Release the CPU scratch buffers (a few MiB per slot and thread)."""
     _SCRATCH.clear()
 
 
