@@ -199,6 +199,8 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         errors.append(CheckpointError)
     except ImportError:
         pass
+    if "cmpnn_dist.distributed.driver" in sys.modules:  # never import Ray just for this
+        errors.append(sys.modules["cmpnn_dist.distributed.driver"].DistributedTrainingError)
     return tuple(errors)
 
 

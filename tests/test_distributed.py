@@ -365,8 +365,14 @@ def test_ray_job_submit_end_to_end(tmp_path) -> None:
             "run_name=submitted",
             f"checkpoint.every_steps={EVERY}",
         ]
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO, timeout=400)
-        output = done.stdout + done.stderr
+        for _ in range(12):  # the job server answers before the node's agent registers
+            done = subprocess.run(
+                cmd, env=env, capture_output=True, text=True, cwd=REPO, timeout=400
+            )
+            output = done.stdout + done.stderr
+            if done.returncode == 0 or "No available agent" not in output:
+                break
+            time.sleep(5)
         assert done.returncode == 0, output[-5000:]
         lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{") and "run_dir" in ln]
         assert lines, output[-5000:]
