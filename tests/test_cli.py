@@ -40,9 +40,10 @@ def test_short_default_run_learns_the_rules(trained):
     assert Path(out["run_dir"]) == storage / "runs" / "short"
     for split in ("valid", "test"):
         assert set(out[split]) >= {"mrr", "hits@1", "hits@3", "hits@10"}
-    # random scoring of ~1000 candidates gives MRR ~ 0.007; the rules are learnable
-    assert out["test"]["mrr"] >= 0.5, out["test"]
-    assert out["test"]["hits@10"] >= 0.8, out["test"]
+    # random scoring of ~1000 candidates gives MRR ~ 0.007 and the untrained model 0.07-0.18;
+    # this deterministic run measured test MRR 0.978, hits@10 1.0 (issue asks >= 0.5)
+    assert out["test"]["mrr"] >= 0.9, out["test"]
+    assert out["test"]["hits@10"] >= 0.95, out["test"]
     assert (Path(out["run_dir"]) / "metrics.csv").is_file()
     results = json.loads((Path(out["run_dir"]) / "results.json").read_text())
     assert results["test"] == pytest.approx(out["test"])
