@@ -110,6 +110,8 @@ def main() -> None:
     table = {}
     for preset in args.presets:
         rows = [r for r in runs if r["preset"] == preset]
+        if not rows:
+            continue
         hits = [r["test"]["hits@10_50"] for r in rows]
         table[preset] = {
             "hits@10_50_mean": statistics.fmean(hits),
