@@ -317,6 +317,12 @@ def test_ray_job_submit_end_to_end(tmp_path) -> None:
             "--include-dashboard=true",
             "--dashboard-host=127.0.0.1",
             f"--dashboard-port={dash}",
+            # own agent ports: the module's local Ray (ray_local) may still hold the defaults,
+            # and an agent that cannot bind never registers ("No available agent")
+            f"--dashboard-agent-listen-port={_free_port()}",
+            f"--dashboard-agent-grpc-port={_free_port()}",
+            f"--runtime-env-agent-port={_free_port()}",
+            f"--metrics-export-port={_free_port()}",
             f"--temp-dir={temp_dir}",
             "--disable-usage-stats",
         ],
