@@ -79,17 +79,7 @@ class Graph:
         Args: int64 tensors of equal shape [K].  Returns: int64 [M] edge ids (M >= 0).
         """
         sorted_keys, order = self._edge_keys()
-        q = (src * self.num_relations + rel) * self.num_nodes + dst
-        lo = torch.searchsorted(sorted_keys, q, right=False)
-        hi = torch.searchsorted(sorted_keys, q, right=True)
-        counts = hi - lo
-        if int(counts.sum()) == 0:
-            return torch.empty(0, dtype=torch.long, device=self.src.device)
-        starts = torch.repeat_interleave(lo, counts)
-        offsets = torch.arange(int(counts.sum()), device=lo.device) - torch.repeat_interleave(
-            torch.cumsum(counts, 0) - counts, counts
-        )
-        return order[starts + offsets]
+        return _lookup(sorted_keys, order, (src * self.num_relations + rel) * self.num_nodes + dst)
 
     def find_pair_edges(self, a: Tensor, b: Tensor) -> Tensor:
         """Edge ids of every edge between ``a[i]`` and ``b[i]``, either direction, any relation."""
@@ -97,18 +87,8 @@ class Graph:
             keys = self.src * self.num_nodes + self.dst()
             self._cache["pair_keys"] = torch.sort(keys)
         sorted_keys, order = self._cache["pair_keys"]
-        q = torch.cat([a * self.num_nodes + b, b * self.num_nodes + a])
-        lo = torch.searchsorted(sorted_keys, q, right=False)
-        hi = torch.searchsorted(sorted_keys, q, right=True)
-        counts = hi - lo
-        total = int(counts.sum())
-        if total == 0:
-            return torch.empty(0, dtype=torch.long, device=self.src.device)
-        starts = torch.repeat_interleave(lo, counts)
-        offsets = torch.arange(total, device=lo.device) - torch.repeat_interleave(
-            torch.cumsum(counts, 0) - counts, counts
-        )
-        return order[starts + offsets]
+        query = torch.cat([a * self.num_nodes + b, b * self.num_nodes + a])
+        return _lookup(sorted_keys, order, query)
 
     def query_edge_mask(self, triples: Tensor, mode: str = "query") -> Tensor | None:
         """Boolean keep-mask [|E|] that removes the edges connecting each query pair.
@@ -140,6 +120,20 @@ class Graph:
         mask = torch.ones(self.num_edges, dtype=torch.bool, device=self.src.device)
         mask[ids] = False
         return mask
+
+
+def _lookup(sorted_keys: Tensor, order: Tensor, query: Tensor) -> Tensor:
+    """Positions ``order[i]`` of every ``sorted_keys[i]`` equal to some key in ``query``."""
+    lo = torch.searchsorted(sorted_keys, query, right=False)
+    counts = torch.searchsorted(sorted_keys, query, right=True) - lo
+    total = int(counts.sum())
+    if total == 0:
+        return torch.empty(0, dtype=torch.long, device=order.device)
+    starts = torch.repeat_interleave(lo, counts)
+    offsets = torch.arange(total, device=lo.device) - torch.repeat_interleave(
+        torch.cumsum(counts, 0) - counts, counts
+    )
+    return order[starts + offsets]
 
 
 def build_csr(
