@@ -26,16 +26,30 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 PAPER_HITS10 = {  # Table 2, sum / MSG 1 / f(t) = t, INIT 2
-    "wn18rr_ind_v1": 0.932, "wn18rr_ind_v2": 0.896, "wn18rr_ind_v3": 0.900,
-    "wn18rr_ind_v4": 0.881, "fb237_ind_v1": 0.794, "fb237_ind_v2": 0.906,
-    "fb237_ind_v3": 0.947, "fb237_ind_v4": 0.933,
+    "wn18rr_ind_v1": 0.932,
+    "wn18rr_ind_v2": 0.896,
+    "wn18rr_ind_v3": 0.900,
+    "wn18rr_ind_v4": 0.881,
+    "fb237_ind_v1": 0.794,
+    "fb237_ind_v2": 0.906,
+    "fb237_ind_v3": 0.947,
+    "fb237_ind_v4": 0.933,
 }
 
 
 def run_one(preset: str, seed: int, extra: list[str], storage: Path) -> dict:
     run_name = f"repro-{preset}-s{seed}-{int(time.time())}"
-    cmd = [sys.executable, "-m", "cmpnn_dist.train", f"conf={preset}", f"train.seed={seed}",
-           f"run_name={run_name}", "train.progress=false", f"storage_root={storage}", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "cmpnn_dist.train",
+        f"conf={preset}",
+        f"train.seed={seed}",
+        f"run_name={run_name}",
+        "train.progress=false",
+        f"storage_root={storage}",
+        *extra,
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
@@ -44,10 +58,18 @@ def run_one(preset: str, seed: int, extra: list[str], storage: Path) -> dict:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     epochs = summary.get("epochs_run") or _epochs(extra)
-    return {"preset": preset, "seed": seed, "command": " ".join(cmd[1:]),
-            "wall_s": wall, "seconds_per_epoch": statistics.median(
-                epoch_seconds(Path(summary["run_dir"]))) if epochs else wall,
-            "valid": summary["valid"], "test": summary["test"], "run_dir": summary["run_dir"]}
+    return {
+        "preset": preset,
+        "seed": seed,
+        "command": " ".join(cmd[1:]),
+        "wall_s": wall,
+        "seconds_per_epoch": statistics.median(epoch_seconds(Path(summary["run_dir"])))
+        if epochs
+        else wall,
+        "valid": summary["valid"],
+        "test": summary["test"],
+        "run_dir": summary["run_dir"],
+    }
 
 
 def epoch_seconds(run_dir: Path) -> list[float]:
@@ -74,11 +96,18 @@ def collect(storage: Path, presets: list[str]) -> list[dict]:
                 continue
             summary = json.loads(results.read_text())
             seed = int(run_dir.name.split("-s")[-1].split("-")[0])
-            runs.append({"preset": preset, "seed": seed, "run_dir": str(run_dir),
-                         "command": f"-m cmpnn_dist.train conf={preset} train.seed={seed} "
-                                    f"run_name={run_dir.name} train.progress=false",
-                         "valid": summary["valid"], "test": summary["test"],
-                         "seconds_per_epoch": statistics.median(epoch_seconds(run_dir))})
+            runs.append(
+                {
+                    "preset": preset,
+                    "seed": seed,
+                    "run_dir": str(run_dir),
+                    "command": f"-m cmpnn_dist.train conf={preset} train.seed={seed} "
+                    f"run_name={run_dir.name} train.progress=false",
+                    "valid": summary["valid"],
+                    "test": summary["test"],
+                    "seconds_per_epoch": statistics.median(epoch_seconds(run_dir)),
+                }
+            )
     return runs
 
 
@@ -96,8 +125,11 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--extra", nargs="*", default=[])
     parser.add_argument("--storage", default=str(REPO / "storage"))
-    parser.add_argument("--collect", action="store_true",
-                        help="summarise finished runs under <storage>/runs instead of training")
+    parser.add_argument(
+        "--collect",
+        action="store_true",
+        help="summarise finished runs under <storage>/runs instead of training",
+    )
     args = parser.parse_args()
 
     if args.collect:
@@ -105,8 +137,9 @@ def main() -> None:
     else:
         jobs = [(p, s) for p in args.presets for s in args.seeds]
         with ThreadPoolExecutor(args.parallel) as pool:
-            runs = list(pool.map(
-                lambda j: run_one(j[0], j[1], args.extra, Path(args.storage)), jobs))
+            runs = list(
+                pool.map(lambda j: run_one(j[0], j[1], args.extra, Path(args.storage)), jobs)
+            )
     table = {}
     for preset in args.presets:
         rows = [r for r in runs if r["preset"] == preset]
@@ -128,7 +161,7 @@ def main() -> None:
         "command": "python benchmarks/reproduce_inductive.py " + " ".join(sys.argv[1:]),
         "machine": f"{platform.node()}, {os.cpu_count()} CPUs, {platform.processor()}",
         "note": "seconds_per_epoch: median over epochs of the epoch's wall time (training + "
-                "its validation), with the runs sharing the 2 CPUs (one torch thread each)",
+        "its validation), with the runs sharing the 2 CPUs (one torch thread each)",
         "summary": table,
         "runs": runs,
     }
@@ -138,9 +171,11 @@ def main() -> None:
     tmp.write_text(json.dumps(result, indent=2))
     tmp.replace(out)
     for preset, row in table.items():
-        print(f"{preset}: test hits@10 (50 neg) {row['hits@10_50_mean']:.3f} "
-              f"+- {row['hits@10_50_std']:.3f} over seeds {row['seeds']} "
-              f"(paper {row['paper_hits@10']}), {row['seconds_per_epoch_median']:.1f} s/epoch")
+        print(
+            f"{preset}: test hits@10 (50 neg) {row['hits@10_50_mean']:.3f} "
+            f"+- {row['hits@10_50_std']:.3f} over seeds {row['seeds']} "
+            f"(paper {row['paper_hits@10']}), {row['seconds_per_epoch_median']:.1f} s/epoch"
+        )
 
 
 if __name__ == "__main__":

@@ -144,7 +144,7 @@ def biokg_checkpoint(repeats: int) -> dict:
     from cmpnn_dist.training.checkpoint import load_checkpoint, save_checkpoint
     from cmpnn_dist.training.context import LocalContext
     from cmpnn_dist.training.data import train_data_from_triples
-    from cmpnn_dist.training.loop import _Trainer
+    from cmpnn_dist.training.trainer import Trainer
 
     preset = yaml.safe_load((ROOT / "conf" / "biokg.yaml").read_text())
     cfg = Config()
@@ -166,7 +166,7 @@ def biokg_checkpoint(repeats: int) -> dict:
     data = train_data_from_triples(n, num_rel, facts[:3800], facts[3800:3900], facts[3900:])
     with tempfile.TemporaryDirectory() as tmp:
         ctx = LocalContext(Path(tmp) / "run", tensorboard=False)
-        trainer = _Trainer(cfg, data, ctx, None)
+        trainer = Trainer(cfg, data, ctx, None)
         trainer.train_step(trainer.model)  # Adam moments exist
         trainer.best_state = {k: v.clone() for k, v in trainer.model.state_dict().items()}
         saves, loads = [], []

@@ -28,8 +28,10 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
-NBFNET = {"pna": {"epoch_s": 698.0, "peak_rss_gb": 4.1}, "sum": {"epoch_s": 119.0,
-                                                                 "peak_rss_gb": 1.8}}
+NBFNET = {
+    "pna": {"epoch_s": 698.0, "peak_rss_gb": 4.1},
+    "sum": {"epoch_s": 119.0, "peak_rss_gb": 1.8},
+}
 TARGET_SPEEDUP = {"pna": 3.0, "sum": 2.0}
 
 
@@ -46,13 +48,26 @@ def _vm_hwm_kb(pid: int) -> int:
 
 def run(aggregate: str, impl: str, storage: Path, extra: list[str]) -> dict:
     name = f"speed-{aggregate}-{impl}-{int(time.time())}"
-    cmd = [sys.executable, "-m", "cmpnn_dist.train", "conf=fb237_ind_v1",
-           f"model.aggregate={aggregate}", f"ops.impl={impl}", "train.batch_size=64",
-           "train.epochs=1", "train.progress=false", "eval.max_queries=8",
-           "eval.splits=[valid]", f"storage_root={storage}", f"run_name={name}", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "cmpnn_dist.train",
+        "conf=fb237_ind_v1",
+        f"model.aggregate={aggregate}",
+        f"ops.impl={impl}",
+        "train.batch_size=64",
+        "train.epochs=1",
+        "train.progress=false",
+        "eval.max_queries=8",
+        "eval.splits=[valid]",
+        f"storage_root={storage}",
+        f"run_name={name}",
+        *extra,
+    ]
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     peak_kb = 0
     while proc.poll() is None:  # VmHWM: the child's own peak resident set so far
         peak_kb = max(peak_kb, _vm_hwm_kb(proc.pid))
@@ -67,8 +82,12 @@ def run(aggregate: str, impl: str, storage: Path, extra: list[str]) -> dict:
     steps = len(rows)
     train_s = float(rows[-1]["time_s"])
     return {
-        "aggregate": aggregate, "impl": impl, "command": " ".join(cmd[1:]),
-        "steps": steps, "epoch_train_s": train_s, "s_per_batch": train_s / steps,
+        "aggregate": aggregate,
+        "impl": impl,
+        "command": " ".join(cmd[1:]),
+        "steps": steps,
+        "epoch_train_s": train_s,
+        "s_per_batch": train_s / steps,
         "process_wall_s": wall,
         "peak_rss_gb": peak_kb / 1024**2,
         "nbfnet_epoch_s": NBFNET[aggregate]["epoch_s"],
@@ -90,17 +109,19 @@ def main() -> None:
     for aggregate in args.aggregates:
         row = run(aggregate, args.impl, Path(args.storage), args.extra)
         rows.append(row)
-        print(f"{aggregate}: {row['epoch_train_s']:.1f} s/epoch ({row['steps']} batches, "
-              f"{row['s_per_batch']:.2f} s/batch), peak RSS {row['peak_rss_gb']:.2f} GB; "
-              f"NBFNet-PyG {row['nbfnet_epoch_s']:.0f} s, {row['nbfnet_peak_rss_gb']} GB -> "
-              f"{row['speedup_vs_nbfnet']:.1f}x per batch (target {row['target_speedup']}x)")
+        print(
+            f"{aggregate}: {row['epoch_train_s']:.1f} s/epoch ({row['steps']} batches, "
+            f"{row['s_per_batch']:.2f} s/batch), peak RSS {row['peak_rss_gb']:.2f} GB; "
+            f"NBFNet-PyG {row['nbfnet_epoch_s']:.0f} s, {row['nbfnet_peak_rss_gb']} GB -> "
+            f"{row['speedup_vs_nbfnet']:.1f}x per batch (target {row['target_speedup']}x)"
+        )
     result = {
         "benchmark": "train_speed_cpu",
         "command": "python benchmarks/train_speed_cpu.py " + " ".join(sys.argv[1:]),
         "machine": f"{platform.node()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
-                   f"{torch.get_num_threads()} torch threads",
+        f"{torch.get_num_threads()} torch threads",
         "note": "peak_rss_gb: the training process's VmHWM (polled every 0.2 s); "
-                "NBFNet figures are the team's (issue 5)",
+        "NBFNet figures are the team's (issue 5)",
         "runs": rows,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)

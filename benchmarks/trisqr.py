@@ -57,8 +57,15 @@ def accuracy(model: CMPNN, data: list[tuple]) -> float:
 
 def run(readout: str, epochs: int, lr: float, seed: int, train: list, test: list) -> dict:
     torch.manual_seed(seed)
-    cfg = ModelConfig(init=2, message=2, aggregate="sum", history="t", readout=readout,
-                      num_layers=4, hidden_dim=32)
+    cfg = ModelConfig(
+        init=2,
+        message=2,
+        aggregate="sum",
+        history="t",
+        readout=readout,
+        num_layers=4,
+        hidden_dim=32,
+    )
     model = CMPNN(cfg, NUM_RELATIONS, OpsConfig(impl="reference"))
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed)
@@ -73,8 +80,13 @@ def run(readout: str, epochs: int, lr: float, seed: int, train: list, test: list
             loss.backward()
             opt.step()
     seconds = time.perf_counter() - start
-    return {"readout": readout, "seed": seed, "train_accuracy": accuracy(model, train),
-            "test_accuracy": accuracy(model, test), "train_seconds": seconds}
+    return {
+        "readout": readout,
+        "seed": seed,
+        "train_accuracy": accuracy(model, train),
+        "test_accuracy": accuracy(model, test),
+        "train_seconds": seconds,
+    }
 
 
 def main() -> None:
@@ -103,8 +115,9 @@ def main() -> None:
         "benchmark": "trisqr",
         "command": "python benchmarks/trisqr.py " + " ".join(sys.argv[1:]),
         "machine": f"{platform.node()} {platform.processor() or platform.machine()}, "
-                   f"{torch.get_num_threads()} torch threads",
-        "epochs": args.epochs, "lr": args.lr,
+        f"{torch.get_num_threads()} torch threads",
+        "epochs": args.epochs,
+        "lr": args.lr,
         "median_test_accuracy": summary,
         "paper": {"sum": 1.0, "none": 0.5},
         "runs": rows,
@@ -114,8 +127,10 @@ def main() -> None:
     tmp = out.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(result, indent=2))
     tmp.replace(out)
-    print(f"TRI-SQR test accuracy (median): global sum readout {summary['sum']:.3f}, "
-          f"no readout {summary['none']:.3f} (paper: 1.000 / 0.500)")
+    print(
+        f"TRI-SQR test accuracy (median): global sum readout {summary['sum']:.3f}, "
+        f"no readout {summary['none']:.3f} (paper: 1.000 / 0.500)"
+    )
 
 
 if __name__ == "__main__":

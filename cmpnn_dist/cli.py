@@ -79,8 +79,9 @@ def compose_config(preset: str, overrides: Sequence[str]) -> Config:
         OmegaConf.resolve(cfg)
         obj = OmegaConf.to_object(cfg)
     except Exception as exc:  # Hydra / OmegaConf errors: keep the message, drop the trace
-        raise UsageError(f"config error in conf/{preset}.yaml with {list(overrides)}: "
-                         f"{_one_line(exc)}") from exc
+        raise UsageError(
+            f"config error in conf/{preset}.yaml with {list(overrides)}: {_one_line(exc)}"
+        ) from exc
     assert isinstance(obj, Config)
     validate_config(obj)
     return obj
@@ -101,7 +102,7 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
     "model.history": ("t", "0"),
     "model.readout": ("none", "sum", "relation"),
     "ops.impl": ("auto", "reference", "naive", "fused", "scatter"),
-    "train.remove_query_edges": ("none", "query", "one_hop"),
+    "train.remove_query_edges": ("none", "query", "one_hop", "candidates"),
     "train.device": ("auto", "cpu", "cuda"),
     "cluster.backend": ("auto", "gloo", "nccl"),
 }

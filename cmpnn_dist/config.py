@@ -8,6 +8,7 @@ with a message naming the key.  The root node is :class:`Config`; presets live i
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,7 +75,9 @@ class TrainConfig:
     lr: float = 5e-3
     epochs: int = 20
     max_steps: int | None = None  # a step budget that ends training early
-    # none | query (edges of the query pair, both directions) | one_hop (every edge between u and v)
+    # none | query (edges of the query fact, both directions) | one_hop (every edge between u and
+    # v) | candidates (every edge between u and v or any sampled negative: NBFNet's and the
+    # C-MPNN code's remove_one_hop); see Graph.query_edge_mask
     remove_query_edges: str = "query"
     seed: int = 0
     deterministic: bool = False
@@ -126,6 +129,17 @@ class Config:
     data_root: str = "../shared/data"  # where reference TSV graphs are read from
     run_name: str | None = None  # None: a fresh timestamped name
     resume: bool = True  # continue <root>/runs/<run_name> when it holds a checkpoint
+
+
+def config_to_dict(cfg: Any) -> dict[str, Any]:
+    """The resolved config as plain containers (dataclass or OmegaConf)."""
+    if dataclasses.is_dataclass(cfg):
+        return dataclasses.asdict(cfg)
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(cfg, DictConfig):
+        return OmegaConf.to_container(cfg, resolve=True)
+    return dict(cfg)
 
 
 def register_configs() -> None:

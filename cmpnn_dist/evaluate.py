@@ -54,7 +54,7 @@ def evaluate_checkpoint(path: Path, overrides: list[str], weights: str = "best")
     from cmpnn_dist.storage import open_dataset
     from cmpnn_dist.training.checkpoint import load_checkpoint
     from cmpnn_dist.training.data import load_train_data
-    from cmpnn_dist.training.loop import evaluate_split
+    from cmpnn_dist.training.validation import evaluate_split
 
     ckpt = resolve_checkpoint(path)
     state = load_checkpoint(ckpt)
@@ -72,8 +72,9 @@ def evaluate_checkpoint(path: Path, overrides: list[str], weights: str = "best")
             f"checkpoint {ckpt} does not fit the configured model "
             f"(was it written with another model configuration?): {detail}"
         ) from exc
-    device = torch.device("cuda" if torch.cuda.is_available() and cfg.train.device != "cpu"
-                          else "cpu")
+    device = torch.device(
+        "cuda" if torch.cuda.is_available() and cfg.train.device != "cpu" else "cpu"
+    )
     model.to(device)
     out: dict[str, Any] = {"run_dir": str(ckpt.parent.parent), "checkpoint": str(ckpt)}
     for split_name in ("valid", "test"):
@@ -83,16 +84,20 @@ def evaluate_checkpoint(path: Path, overrides: list[str], weights: str = "best")
             continue
         graph = split.graph.to(device)
         out[split_name] = evaluate_split(model, split, graph, cfg, data.num_relations)
-    print(f"evaluated {ckpt}: valid mrr {out['valid'].get('mrr', float('nan')):.4f}, "
-          f"test mrr {out['test'].get('mrr', float('nan')):.4f}", file=sys.stderr)
+    print(
+        f"evaluated {ckpt}: valid mrr {out['valid'].get('mrr', float('nan')):.4f}, "
+        f"test mrr {out['test'].get('mrr', float('nan')):.4f}",
+        file=sys.stderr,
+    )
     return out
 
 
 def _main(argv: list[str]) -> dict[str, Any]:
     special, overrides = split_args(argv, ["ckpt", "weights"])
     if "ckpt" not in special:
-        raise UsageError("usage: python -m cmpnn_dist.evaluate ckpt=PATH [weights=best|last] "
-                         "[key=value ...]")
+        raise UsageError(
+            "usage: python -m cmpnn_dist.evaluate ckpt=PATH [weights=best|last] [key=value ...]"
+        )
     weights = special.get("weights", "best")
     if weights not in ("best", "last"):
         raise UsageError(f"weights={weights!r}: choose best or last")

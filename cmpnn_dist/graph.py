@@ -90,14 +90,21 @@ class Graph:
         query = torch.cat([a * self.num_nodes + b, b * self.num_nodes + a])
         return _lookup(sorted_keys, order, query)
 
-    def query_edge_mask(self, triples: Tensor, mode: str = "query") -> Tensor | None:
+    def query_edge_mask(
+        self, triples: Tensor, mode: str = "query", negatives: Tensor | None = None
+    ) -> Tensor | None:
         """Boolean keep-mask [|E|] that removes the edges connecting each query pair.
 
         Args:
             triples: int64 [B, 3] facts ``(h, r, t)`` with ``r < num_relations // 2``
                 (original direction), or with inverse ids; both directions are removed.
             mode: ``none`` (returns None), ``query`` (the fact's edge and its inverse),
-                ``one_hop`` (every edge between h and t, any relation, both directions).
+                ``one_hop`` (every edge between h and t, any relation, both directions),
+                ``candidates`` (every edge between h and t *or any of h's sampled negatives*,
+                any relation, both directions: NBFNet's and the C-MPNN code's
+                ``remove_one_hop``, which matches all (head, candidate) pairs of the batch so
+                that "directly linked to u" says nothing about positive vs negative).
+            negatives: int64 [B, k] negative tails of each query; ``candidates`` only.
         """
         if mode == "none":
             return None
@@ -115,8 +122,15 @@ class Graph:
             )
         elif mode == "one_hop":
             ids = self.find_pair_edges(h, t)
+        elif mode == "candidates":
+            if negatives is None or negatives.shape[0] != triples.shape[0]:
+                raise ValueError("query_edge_mask(mode='candidates') needs negatives [B, k]")
+            cand = torch.cat([t.unsqueeze(1), negatives], dim=1)  # [B, 1 + k]
+            ids = self.find_pair_edges(h.unsqueeze(1).expand_as(cand).reshape(-1), cand.reshape(-1))
         else:
-            raise ValueError(f"unknown query-edge removal mode {mode!r} (none | query | one_hop)")
+            raise ValueError(
+                f"unknown query-edge removal mode {mode!r} (none | query | one_hop | candidates)"
+            )
         mask = torch.ones(self.num_edges, dtype=torch.bool, device=self.src.device)
         mask[ids] = False
         return mask

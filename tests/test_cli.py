@@ -15,7 +15,10 @@ REPO = Path(__file__).resolve().parents[1]
 def run_module(module: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", module, *args],
-        capture_output=True, text=True, timeout=timeout, cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
     )
 
 
@@ -29,8 +32,12 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     """A short deterministic run on the built-in rule-planted KG."""
     storage = tmp_path_factory.mktemp("storage")
     proc = run_module(
-        "cmpnn_dist.train", f"storage_root={storage}", "run_name=short",
-        "train.max_steps=120", "train.deterministic=true", "train.progress=false",
+        "cmpnn_dist.train",
+        f"storage_root={storage}",
+        "run_name=short",
+        "train.max_steps=120",
+        "train.deterministic=true",
+        "train.progress=false",
     )
     return storage, last_json(proc)
 
@@ -90,16 +97,24 @@ def test_preset_without_its_data_is_one_clear_error(tmp_path):
 
 
 def test_inductive_preset_with_missing_data_root(tmp_path):
-    proc = run_module("cmpnn_dist.train", "conf=fb237_ind_v1", f"data_root={tmp_path}/nowhere",
-                      f"storage_root={tmp_path}")
+    proc = run_module(
+        "cmpnn_dist.train",
+        "conf=fb237_ind_v1",
+        f"data_root={tmp_path}/nowhere",
+        f"storage_root={tmp_path}",
+    )
     assert proc.returncode == 2
     assert "nowhere/inductive/fb237_v1" in proc.stderr
 
 
 def test_inductive_preset_reports_hits_at_10_of_50(shared_data, tmp_path):
     proc = run_module(
-        "cmpnn_dist.train", "conf=fb237_ind_v1", f"storage_root={tmp_path}",
-        "train.max_steps=3", "eval.max_queries=16", "train.progress=false",
+        "cmpnn_dist.train",
+        "conf=fb237_ind_v1",
+        f"storage_root={tmp_path}",
+        "train.max_steps=3",
+        "eval.max_queries=16",
+        "train.progress=false",
     )
     out = last_json(proc)
     assert 0.0 <= out["test"]["hits@10_50"] <= 1.0

@@ -11,7 +11,12 @@ from cmpnn_dist.cli import UsageError, available_presets, compose_config
 from cmpnn_dist.config import Config
 
 EXPECTED = {
-    "default", "trisqr", "biokg", "hetionet", "wn18rr", "fb15k237",
+    "default",
+    "trisqr",
+    "biokg",
+    "hetionet",
+    "wn18rr",
+    "fb15k237",
     *(f"wn18rr_ind_v{i}" for i in range(1, 5)),
     *(f"fb237_ind_v{i}" for i in range(1, 5)),
 }
@@ -35,7 +40,12 @@ def test_inductive_presets_use_paper_hyperparameters():
     assert (m.init, m.message, m.aggregate, m.history, m.readout) == (2, 1, "sum", "t", "none")
     assert (m.num_layers, m.hidden_dim, m.decoder_hidden_dim) == (6, 32, 64)
     assert (t.lr, t.batch_size, t.num_negatives, t.adversarial_temperature, t.epochs) == (
-        5e-3, 8, 32, 1.0, 20)
+        5e-3,
+        8,
+        32,
+        1.0,
+        20,
+    )
     assert cfg.data.raw_path.endswith("inductive/fb237_v1")
 
 
@@ -67,7 +77,9 @@ def test_unknown_preset_lists_choices():
 def test_cli_bad_key_is_one_line_and_nonzero():
     proc = subprocess.run(
         [sys.executable, "-m", "cmpnn_dist.train", "model.bogus=3"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2
     assert "bogus" in proc.stderr

@@ -26,7 +26,8 @@ def _sampler(facts, world_size=1, rank=0, B=8, k=5, seed=3, **kw) -> QuerySample
 
 
 def _epoch(s: QuerySampler) -> list:
-    return [(b.queries.clone(), b.negatives.clone(), b.global_queries.clone()) for b in s]
+    fields = ("queries", "negatives", "global_queries", "global_negatives")
+    return [tuple(getattr(b, f).clone() for f in fields) for b in s]
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
@@ -41,14 +42,16 @@ def test_global_batches_same_for_any_world_size(world_size):
         ref_batches = _epoch(ref)
         per_rank = [_epoch(s) for s in shards]
         assert len(ref_batches) == len(facts) // 8  # last incomplete batch dropped
-        for i, (q, neg, gq) in enumerate(ref_batches):
+        for i, (q, neg, gq, gneg) in enumerate(ref_batches):
             parts = [per_rank[r][i] for r in range(world_size)]
             assert all(p[0].shape == (8 // world_size, 3) for p in parts)
             assert torch.equal(torch.cat([p[0] for p in parts]), q)  # contiguous slices
             assert torch.equal(torch.cat([p[1] for p in parts]), neg)
             for p in parts:
                 assert torch.equal(p[2], gq)
+                assert torch.equal(p[3], gneg)
             assert torch.equal(gq, q)  # one worker: its share is the global batch
+            assert torch.equal(gneg, neg)
 
 
 def test_epochs_and_seeds_differ_and_cover_the_facts():

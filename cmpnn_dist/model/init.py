@@ -6,6 +6,9 @@
     INIT 3:  h^(0)_{v|u,q} = 1_{u=v} * (z_q + eps_u),   eps_u ~ N(0, I) drawn per forward pass
 
 INIT 1-3 satisfy target node distinguishability (INIT 3 in expectation); INIT 0 does not.
+INIT 3 draws fresh noise in every forward pass, evaluation included, as the paper's code does;
+its metrics therefore depend on torch's RNG state (the training loop evaluates inside
+``isolated_rng``: reproducible for a seeded run, and training's RNG stream is untouched).
 """
 
 from __future__ import annotations

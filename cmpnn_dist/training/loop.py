@@ -3,7 +3,7 @@
 One step (``B`` = global batch, ``b = B / world_size`` this worker's share, ``k`` negatives)::
 
     batch        = sampler.next_batch()                    queries [b,3], negatives [b,k]
-    edge_mask    = graph.query_edge_mask(global queries [B,3], train.remove_query_edges)
+    edge_mask    = graph.query_edge_mask(global queries [B,3], mode, global negatives [B,k])
     logits       = model(graph, h [b], r [b], edge_mask)   [b, N]
     loss         = self_adversarial_bce(logits[i, t_i], logits[i, negatives_i], alpha)
     Adam step (DDP averages the gradients over workers, so the update equals a 1-worker run)
@@ -26,319 +26,27 @@ weights and a history with every step exactly once.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import logging
 import os
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
-from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .context import LocalContext, TrainContext, resolve_device
-from .data import SplitData, TrainData
-from .loss import self_adversarial_bce
-from .rng import capture_rng_state, isolated_rng, restore_rng_state, seed_everything
-from .sampler import QuerySampler
+from .data import TrainData
+from .rng import seed_everything
+from .trainer import FitResult, Trainer
+from .validation import evaluate_split
 
-logger = logging.getLogger(__name__)
-
-CHECKPOINT_VERSION = 1
-
-
-@dataclass
-class FitResult:
-    """What :func:`fit` returns; ``model`` holds the best weights, ``final_state`` the last."""
-
-    run_dir: Path | None
-    best_valid: dict[str, float]
-    test: dict[str, float]
-    history: list[dict[str, Any]]
-    resumed_from_step: int | None
-    model: nn.Module
-    final_state: dict[str, torch.Tensor] = field(default_factory=dict)
-    best_step: int | None = None
-    step: int = 0
-
-
-def config_to_dict(cfg: Any) -> dict[str, Any]:
-    """The resolved config as plain containers (dataclass or OmegaConf)."""
-    if dataclasses.is_dataclass(cfg):
-        return dataclasses.asdict(cfg)
-    from omegaconf import DictConfig, OmegaConf
-
-    if isinstance(cfg, DictConfig):
-        return OmegaConf.to_container(cfg, resolve=True)
-    return dict(cfg)
+__all__ = ["FitResult", "evaluate_split", "fit", "default_run_dir"]
 
 
 def default_run_dir(cfg: Any) -> Path:
     name = cfg.run_name or datetime.now().strftime("%Y%m%d-%H%M%S")
     return Path(cfg.storage_root) / "runs" / name
-
-
-def _state_copy(model: nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-
-
-def evaluate_split(
-    model: nn.Module, split: SplitData, graph: Any, cfg: Any, num_relations: int
-) -> dict[str, float]:
-    """Filtered ranking metrics of ``split`` (both directions, ``eval.max_queries`` first facts)
-    with ``model`` in eval mode; global RNG states are left untouched."""
-    from cmpnn_dist.evaluation import evaluate
-
-    was_training = model.training
-    model.eval()
-    try:
-        with isolated_rng(), torch.no_grad():
-            metrics = evaluate(
-                model,
-                graph,
-                split.queries,
-                split.filter_triples,
-                num_relations=num_relations,
-                batch_size=cfg.eval.batch_size,
-                max_queries=cfg.eval.max_queries,
-                num_negatives_hits=cfg.eval.num_negatives_hits,
-            )
-    finally:
-        model.train(was_training)
-    return {k: float(v) for k, v in metrics.items()}
-
-
-class _Trainer:
-    """State of one fit() call; split out so the step / epoch logic stays readable."""
-
-    def __init__(self, cfg: Any, data: TrainData, ctx: TrainContext, on_step: Any) -> None:
-        from cmpnn_dist.model import CMPNN
-
-        self.cfg, self.data, self.ctx, self.on_step = cfg, data, ctx, on_step
-        tc = cfg.train
-        self.device = torch.device(ctx.device)
-        self.model = CMPNN(cfg.model, data.num_relations, cfg.ops).to(self.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=tc.lr)
-        self.sampler = QuerySampler(
-            data.train.queries,
-            data.num_nodes,
-            data.num_relations,
-            tc.batch_size,
-            tc.num_negatives,
-            tc.seed,
-            rank=ctx.rank,
-            world_size=ctx.world_size,
-            filter_triples=data.train.filter_triples,
-        )
-        self._graphs: dict[int, Any] = {}
-        self.history: list[dict[str, Any]] = []
-        self.best_state: dict[str, torch.Tensor] | None = None
-        self.best_valid: dict[str, float] = {}
-        self.best_step: int | None = None
-        self.step = 0
-        self.last_valid_step = -1
-        self.last_valid_mrr: float | None = None
-        self.resumed_from: int | None = None
-        self.config_dict = config_to_dict(cfg)
-
-    def graph(self, g: Any) -> Any:
-        """``g`` on the training device, cached (keeps Graph's lookup caches alive)."""
-        if id(g) not in self._graphs:
-            self._graphs[id(g)] = g if g.device == self.device else g.to(self.device)
-        return self._graphs[id(g)]
-
-    # ------------------------------------------------------------------ checkpoints
-    def state(self) -> dict[str, Any]:
-        return {
-            "version": CHECKPOINT_VERSION,
-            "step": self.step,
-            "epoch": self.sampler.epoch,
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": None,
-            "sampler": self.sampler.state_dict(),
-            "rng": capture_rng_state(),
-            "config": self.config_dict,
-            "data": {
-                "num_nodes": self.data.num_nodes,
-                "num_relations": self.data.num_relations,
-                "num_train_facts": len(self.data.train.queries),
-            },
-            "history": self.history,
-            "best": {"state": self.best_state, "valid": self.best_valid, "step": self.best_step},
-            "last_valid_step": self.last_valid_step,
-            "last_valid_mrr": self.last_valid_mrr,
-        }
-
-    def save(self) -> Path | None:
-        """Write a checkpoint of the current step (main rank only; others get None)."""
-        if not self.ctx.is_main:
-            return None
-        meta = {}
-        if self.last_valid_step == self.step and self.last_valid_mrr is not None:
-            meta["score"] = self.last_valid_mrr  # valid MRR of this checkpoint's weights
-        return save_checkpoint(self.ctx.checkpoint_path(self.step), self.state(), meta)
-
-    def restore(self, path: Path) -> None:
-        state = load_checkpoint(path)
-        saved_model = state.get("config", {}).get("model")
-        if saved_model != self.config_dict.get("model"):
-            raise CheckpointError(
-                f"{path}: written for model config {saved_model}, "
-                f"but this run's model config is {self.config_dict.get('model')}"
-            )
-        mine = {
-            "num_nodes": self.data.num_nodes,
-            "num_relations": self.data.num_relations,
-            "num_train_facts": len(self.data.train.queries),
-        }
-        if state.get("data") != mine:
-            raise CheckpointError(f"{path}: written for data {state.get('data')}, not {mine}")
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.sampler.load_state_dict(state["sampler"])
-        self.history = list(state["history"])
-        best = state["best"]
-        self.best_state, self.best_valid, self.best_step = (
-            best["state"],
-            best["valid"],
-            best["step"],
-        )
-        self.step = int(state["step"])
-        self.last_valid_step = int(state["last_valid_step"])
-        self.last_valid_mrr = state["last_valid_mrr"]
-        restore_rng_state(state["rng"])
-        self.resumed_from = self.step
-        logger.warning("resumed from step %d (%s)", self.step, path)
-        self.ctx.on_resume(self.history, self.step)
-
-    # ------------------------------------------------------------------ steps
-    def train_step(self, train_model: nn.Module) -> float:
-        batch = self.sampler.next_batch()
-        assert batch is not None
-        graph = self.graph(self.data.train.graph)
-        q = batch.queries.to(self.device)
-        neg = batch.negatives.to(self.device)
-        mask = graph.query_edge_mask(
-            batch.global_queries.to(self.device), self.cfg.train.remove_query_edges
-        )
-        logits = train_model(graph, q[:, 0], q[:, 1], mask)  # [b, N]
-        pos_logit = logits.gather(1, q[:, 2:3]).squeeze(1)
-        neg_logit = logits.gather(1, neg)
-        loss = self_adversarial_bce(pos_logit, neg_logit, self.cfg.train.adversarial_temperature)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
-        return float(self.ctx.all_reduce_mean(loss.detach()).item())
-
-    def validate(self, epoch: int) -> dict[str, Any]:
-        """Validation row; updates the best weights (highest valid MRR, earliest on ties)."""
-        valid = self.data.valid
-        if len(valid.queries):
-            metrics = evaluate_split(
-                self.model, valid, self.graph(valid.graph), self.cfg, self.data.num_relations
-            )
-        else:
-            metrics = {}
-        self.last_valid_step = self.step
-        mrr = metrics.get("mrr", float("-inf"))
-        self.last_valid_mrr = metrics.get("mrr")
-        if self.best_step is None or mrr > self.best_valid.get("mrr", float("-inf")):
-            self.best_state = _state_copy(self.model)
-            self.best_valid, self.best_step = dict(metrics), self.step
-        row: dict[str, Any] = {"kind": "valid", "step": self.step, "epoch": epoch}
-        row.update({f"valid_{k}": v for k, v in metrics.items()})
-        return row
-
-    def log(self, row: dict[str, Any], checkpoint: Path | None) -> None:
-        self.history.append(row)
-        self.ctx.report(row, checkpoint)
-
-    def run(self) -> FitResult:
-        cfg, tc, ctx = self.cfg, self.cfg.train, self.ctx
-        ckpt = ctx.latest_checkpoint()
-        if ckpt is not None:
-            self.restore(ckpt)
-        train_model = ctx.wrap_model(self.model)
-        train_model.train()
-        per_epoch = self.sampler.steps_per_epoch
-        total = per_epoch * tc.epochs
-        if tc.max_steps is not None:
-            total = min(total, tc.max_steps)
-        every = cfg.checkpoint.every_steps
-        bar = _progress(tc.progress and ctx.is_main, total, self.step)
-        t0, recent = time.perf_counter(), []
-        try:
-            while self.step < total:
-                epoch = self.sampler.epoch
-                loss = self.train_step(train_model)
-                self.step += 1
-                recent.append(loss)
-                epoch_end = self.sampler.exhausted
-                if epoch_end:
-                    self.sampler.set_epoch(epoch + 1)
-                lr = self.optimizer.param_groups[0]["lr"]
-                row = {"kind": "train", "step": self.step, "epoch": epoch, "loss": loss, "lr": lr}
-                row["time_s"] = round(time.perf_counter() - t0, 3)
-                ckpt = None
-                if every and self.step % every == 0 and not epoch_end and self.step < total:
-                    self.history.append(row)
-                    ckpt = self.save()
-                    ctx.report(row, ckpt)
-                else:
-                    self.log(row, None)
-                if epoch_end or self.step == total:
-                    vrow = self.validate(epoch)
-                    self.history.append(vrow)
-                    ckpt = self.save()  # holds vrow in its history
-                    ctx.report(vrow, ckpt)
-                bar.update(1)
-                if self.step % max(tc.log_every, 1) == 0 or epoch_end:
-                    mean = sum(recent) / len(recent)
-                    bar.set_postfix(loss=f"{mean:.4f}")
-                    logger.info("step %d epoch %d loss %.4f", self.step, epoch, mean)
-                    recent = []
-                if self.on_step is not None:
-                    self.on_step(self.step)
-        finally:
-            bar.close()
-        return self.finish()
-
-    def finish(self) -> FitResult:
-        final_state = _state_copy(self.model)
-        if self.best_state is not None:
-            self.model.load_state_dict(self.best_state)
-        test: dict[str, float] = {}
-        if "test" in self.cfg.eval.splits and len(self.data.test.queries):
-            split = self.data.test
-            test = evaluate_split(
-                self.model, split, self.graph(split.graph), self.cfg, self.data.num_relations
-            )
-            row = {"kind": "test", "step": self.step, "epoch": self.sampler.epoch}
-            row.update({f"test_{k}": v for k, v in test.items()})
-            self.log(row, None)
-        return FitResult(
-            run_dir=getattr(self.ctx, "run_dir", None),
-            best_valid=dict(self.best_valid),
-            test=test,
-            history=self.history,
-            resumed_from_step=self.resumed_from,
-            model=self.model,
-            final_state=final_state,
-            best_step=self.best_step,
-            step=self.step,
-        )
-
-
-def _progress(enabled: bool, total: int, initial: int) -> Any:
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=initial, disable=not enabled, desc="train", dynamic_ncols=True)
 
 
 def fit(
@@ -383,7 +91,7 @@ def fit(
         torch.use_deterministic_algorithms(True, warn_only=ctx.device.type != "cpu")
         torch.set_num_threads(1)
     try:
-        result = _Trainer(cfg, data, ctx, on_step).run()
+        result = Trainer(cfg, data, ctx, on_step).run()
         if result.run_dir is None and run_dir is not None:
             result.run_dir = Path(run_dir)
         if ctx.is_main and result.run_dir is not None:

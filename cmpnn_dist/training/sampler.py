@@ -14,8 +14,9 @@ private ``numpy.random.Generator`` seeded with ``(seed, e)``:
 Every rank computes the *whole* global batch (queries and negatives, cheap: B x k integers)
 and keeps the contiguous rows ``[rank * b, (rank + 1) * b)`` with ``b = B / world_size``.  So the
 sequence of global batches depends only on ``seed`` (not on ``world_size``), and every rank
-also sees the global batch's queries (``Batch.global_queries``) to remove the same query
-edges as a one-worker run.  The last incomplete global batch of an epoch is dropped
+also sees the global batch's queries and negatives (``Batch.global_queries``,
+``Batch.global_negatives``) to remove the same query edges as a one-worker run.  The last
+incomplete global batch of an epoch is dropped
 (``F // B`` batches per epoch) so every worker does the same amount of work.
 
 The sampler never touches the global RNGs (``random``, ``numpy.random``, ``torch``).
@@ -45,6 +46,8 @@ class Batch:
         queries: int64 [b, 3] ``(h, r, t)``, ``r`` in ``[0, 2|R|)``: predict ``t`` from ``(h, r)``.
         negatives: int64 [b, k] strict negative tails of each query.
         global_queries: int64 [B, 3] queries of the whole global batch (for query-edge removal).
+        global_negatives: int64 [B, k] negatives of the whole global batch (for the
+            ``candidates`` edge removal).
         epoch: epoch this batch belongs to.
         index: position of this global batch within its epoch (0-based).
     """
@@ -52,6 +55,7 @@ class Batch:
     queries: Tensor
     negatives: Tensor
     global_queries: Tensor
+    global_negatives: Tensor
     epoch: int
     index: int
 
@@ -200,6 +204,7 @@ class QuerySampler:
             queries=torch.from_numpy(queries[lo:hi].copy()),
             negatives=torch.from_numpy(negatives[lo:hi].copy()),
             global_queries=torch.from_numpy(queries),
+            global_negatives=torch.from_numpy(negatives),
             epoch=self._epoch,
             index=index,
         )

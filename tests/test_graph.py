@@ -1,0 +1,65 @@
+"""Graph.query_edge_mask: every removal mode against a brute-force scan of the edge list."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from cmpnn_dist.graph import graph_from_triples
+
+NUM_NODES, NUM_REL = 12, 3
+
+
+def dense_facts(seed: int = 0) -> np.ndarray:
+    """Random facts with many parallel edges (several relations between one pair)."""
+    rng = np.random.default_rng(seed)
+    heads, tails = rng.integers(0, NUM_NODES, (2, 80))
+    facts = np.stack([heads, rng.integers(0, NUM_REL, 80), tails], axis=1)
+    return np.unique(facts, axis=0)
+
+
+def removed_edges(graph, mask) -> set[tuple[int, int, int]]:
+    dst = graph.dst()
+    return {(int(graph.src[e]), int(graph.rel[e]), int(dst[e])) for e in torch.nonzero(~mask)}
+
+
+def all_edges(graph) -> list[tuple[int, int, int]]:
+    dst = graph.dst()
+    return [(int(s), int(r), int(d)) for s, r, d in zip(graph.src, graph.rel, dst, strict=True)]
+
+
+def test_one_hop_removes_every_edge_between_the_pair():
+    facts = dense_facts()
+    graph = graph_from_triples(NUM_NODES, NUM_REL, facts)
+    batch = torch.from_numpy(facts[[0, 7, 20]])
+    mask = graph.query_edge_mask(batch, "one_hop")
+    pairs = {frozenset((h, t)) for h, _, t in batch.tolist()}
+    expect = {(s, r, d) for s, r, d in all_edges(graph) if frozenset((s, d)) in pairs}
+    assert removed_edges(graph, mask) == expect
+    # parallel edges exist, so one_hop removes strictly more than the query facts
+    assert len(expect) > 2 * len(batch)
+
+
+def test_candidates_removes_edges_between_head_and_every_candidate():
+    facts = dense_facts(1)
+    graph = graph_from_triples(NUM_NODES, NUM_REL, facts)
+    batch = torch.from_numpy(facts[[1, 4]])
+    negatives = torch.tensor([[2, 5, 9], [0, 3, 11]])
+    mask = graph.query_edge_mask(batch, "candidates", negatives=negatives)
+    pairs = set()
+    for (h, _, t), negs in zip(batch.tolist(), negatives.tolist(), strict=True):
+        pairs |= {frozenset((h, c)) for c in [t, *negs]}
+    expect = {(s, r, d) for s, r, d in all_edges(graph) if frozenset((s, d)) in pairs}
+    assert removed_edges(graph, mask) == expect
+    one_hop = removed_edges(graph, graph.query_edge_mask(batch, "one_hop"))
+    assert one_hop < expect  # the negatives' links to the head are removed too
+
+
+def test_candidates_without_negatives_and_unknown_mode_are_errors():
+    graph = graph_from_triples(NUM_NODES, NUM_REL, dense_facts())
+    batch = torch.from_numpy(dense_facts()[:2])
+    with pytest.raises(ValueError, match="needs negatives"):
+        graph.query_edge_mask(batch, "candidates")
+    with pytest.raises(ValueError, match="unknown query-edge removal mode 'all'"):
+        graph.query_edge_mask(batch, "all")
