@@ -228,3 +228,40 @@ def test_short_run_learns_rules(tmp_path):
     losses = [r["loss"] for r in res.history if r["kind"] == "train"]
     k = len(losses) // 4
     assert sum(losses[-k:]) / k < 0.7 * sum(losses[:k]) / k
+
+
+def test_candidates_mode_removes_edges_to_each_step_negatives(data, tmp_path, monkeypatch):
+    """With remove_query_edges=candidates every step's mask is built from that step's queries
+    *and* negatives: it drops each head's edges to its sampled negatives too."""
+    from cmpnn_dist.graph import Graph
+
+    calls = []
+    real = Graph.query_edge_mask
+
+    def recording(self, triples, mode="query", negatives=None):
+        mask = real(self, triples, mode, negatives=negatives)
+        calls.append((triples.clone(), negatives.clone(), mask.clone()))
+        return mask
+
+    monkeypatch.setattr(Graph, "query_edge_mask", recording)
+    cfg = small_cfg(remove_query_edges="candidates", max_steps=6, epochs=1)
+    fit(cfg, data, run_dir=tmp_path / "run")
+    assert len(calls) == 6
+    graph = data.train.graph
+    dst = graph.dst()
+    dropped_negative_links = 0
+    for triples, negatives, mask in calls:
+        assert negatives.shape == (cfg.train.batch_size, cfg.train.num_negatives)
+        pairs = set()
+        for (h, _, t), negs in zip(triples.tolist(), negatives.tolist(), strict=True):
+            pairs |= {frozenset((h, c)) for c in [t, *negs]}
+        expect = torch.tensor(
+            [frozenset((int(s), int(d))) in pairs for s, d in zip(graph.src, dst, strict=True)]
+        )
+        assert torch.equal(~mask, expect)
+        positive = {frozenset((h, t)) for h, _, t in triples.tolist()}
+        dropped_negative_links += sum(
+            frozenset((int(s), int(d))) not in positive
+            for s, d in zip(graph.src[~mask], dst[~mask], strict=True)
+        )
+    assert dropped_negative_links > 0  # the negatives' links were really removed
