@@ -12,9 +12,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING  # noqa: F401  (re-exported for presets that need it)
-
 
 @dataclass
 class DataConfig:
@@ -143,6 +140,9 @@ def config_to_dict(cfg: Any) -> dict[str, Any]:
 
 
 def register_configs() -> None:
-    """Register the schema with Hydra's ConfigStore (idempotent)."""
+    """Register the schema with Hydra's ConfigStore (idempotent).  Hydra is imported here, not
+    at module level, so the model and ops layers (which read these dataclasses) run without it."""
+    from hydra.core.config_store import ConfigStore
+
     cs = ConfigStore.instance()
     cs.store(name="cmpnn_schema", node=Config)
