@@ -37,8 +37,8 @@ PAPER_HITS10 = {  # Table 2, sum / MSG 1 / f(t) = t, INIT 2
 }
 
 
-def run_one(preset: str, seed: int, extra: list[str], storage: Path) -> dict:
-    run_name = f"repro-{preset}-s{seed}-{int(time.time())}"
+def run_one(preset: str, seed: int, extra: list[str], storage: Path, prefix: str = "repro") -> dict:
+    run_name = f"{prefix}-{preset}-s{seed}-{int(time.time())}"
     cmd = [
         sys.executable,
         "-m",
@@ -113,6 +113,20 @@ def collect(storage: Path, presets: list[str]) -> list[dict]:
     return runs
 
 
+def time_one_epoch(preset: str, storage: Path) -> dict:
+    """Training seconds of one epoch of ``preset`` run alone (one torch thread, as the
+    fidelity runs; validation limited to 8 queries and not counted)."""
+    extra = ["train.epochs=1", "eval.splits=[valid]", "eval.max_queries=8"]
+    row = run_one(preset, 0, extra, storage, prefix="epoch")
+    return {"train_seconds_one_epoch": row["seconds_per_epoch"], "command": row["command"]}
+
+
+def torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
 def run_setting(run_dir: Path, section: str, key: str) -> object:
     """``config[section][key]`` of a finished run, from its newest checkpoint."""
     from cmpnn_dist.training.checkpoint import list_checkpoints, load_checkpoint
@@ -143,6 +157,11 @@ def main() -> None:
         help="summarise finished runs under <storage>/runs instead of training",
     )
     parser.add_argument(
+        "--epoch-timing",
+        action="store_true",
+        help="also time one training epoch of each preset alone, one after the other",
+    )
+    parser.add_argument(
         "--compare",
         nargs="*",
         default=[],
@@ -162,13 +181,18 @@ def main() -> None:
     result = {
         "benchmark": "reproduce_inductive",
         "command": "python benchmarks/reproduce_inductive.py " + " ".join(sys.argv[1:]),
-        "machine": f"{platform.node()}, {os.cpu_count()} CPUs, {platform.processor() or platform.machine()}",
+        "machine": f"{platform.node()}, {os.cpu_count()} CPUs, "
+        f"{platform.processor() or platform.machine()}, torch {torch_version()}",
         "note": "seconds_per_epoch: median over epochs of the epoch's wall time (training + "
         "its validation), with the runs sharing the 2 CPUs (one torch thread each)",
         "summary": summarise(runs, args.presets),
         "runs": runs,
         "comparisons": {},
+        "epoch_timing": {},
     }
+    if args.epoch_timing:
+        for preset in args.presets:
+            result["epoch_timing"][preset] = time_one_epoch(preset, Path(args.storage))
     for item in args.compare:
         label, _, where = item.rpartition("=")
         other = collect(Path(where), args.presets)
@@ -250,6 +274,10 @@ def to_markdown(result: dict) -> str:
         "",
         *_table(result["summary"]),
     ]
+    if result.get("epoch_timing"):
+        lines += ["", "One training epoch alone (one torch thread, nothing else running):", ""]
+        for preset, row in result["epoch_timing"].items():
+            lines.append(f"- {preset}: {row['train_seconds_one_epoch']:.1f} s (`{row['command']}`)")
     for label, comp in result.get("comparisons", {}).items():
         lines += ["", f"## Comparison: {label} (runs under `{comp['storage']}`)", ""]
         lines += _table(comp["summary"])
