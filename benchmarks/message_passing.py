@@ -35,11 +35,12 @@ from cmpnn_dist.graph import Graph
 HERE = Path(__file__).resolve().parent
 N_NODES, N_REL = 93_773, 51
 CASES = [  # name, message kind, aggregators, dtype, implementations
-    ("msg1_sum_fp32", "mul1", ("sum",), "float32", ["naive", "reference", "fused", "sparse_floor"]),
+    ("msg1_sum_fp32", "mul1", ("sum",), "float32",
+     ["naive", "reference", "scatter", "fused", "sparse_floor"]),
     ("msg1_pna_fp32", "mul1", ("sum", "sumsq", "max", "min"), "float32",
-     ["naive", "reference", "fused"]),
-    ("msg2_sum_fp32", "mul2", ("sum",), "float32", ["reference", "fused"]),
-    ("basis_sum_fp32", "basis", ("sum",), "float32", ["reference", "fused"]),
+     ["naive", "reference", "scatter", "fused"]),
+    ("msg2_sum_fp32", "mul2", ("sum",), "float32", ["reference", "scatter", "fused"]),
+    ("basis_sum_fp32", "basis", ("sum",), "float32", ["reference", "scatter", "fused"]),
     ("msg1_sum_bf16", "mul1", ("sum",), "bfloat16", ["reference", "fused", "sparse_floor"]),
 ]  # fmt: skip
 

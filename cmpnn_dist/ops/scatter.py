@@ -7,7 +7,9 @@ Destination rows are cut into blocks of at most ``chunk_elements`` message entri
 ``torch.utils.checkpoint`` so the backward recomputes its messages: peak memory is one block
 of messages, never |E| x B x d.  Compared with ``reference`` this replaces the
 ``index_add`` / ``scatter_reduce`` of a block by one sorted-segment kernel per statistic
-(no atomics, no index tensor expansion over B x d).
+(no atomics, no index tensor expansion over B x d).  Measured on this project's 2-core CPU it
+is about 9x slower than ``reference`` (torch-scatter's CPU segment kernels are serial); it is
+kept as an independent cross-check, never chosen by ``ops.impl=auto``.
 
 torch-scatter has no PyPI wheels for current torch (a source build takes minutes); without
 it this module raises ImportError on import and the dispatcher reports it as unavailable.
