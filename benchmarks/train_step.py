@@ -143,7 +143,7 @@ def to_markdown(r: dict) -> str:
                 lines.append(f"| {agg} | {x['impl']} | - | - | - | - | {x['error']} |")
                 continue
             ratio = f"{ref['step_s'] / x['step_s']:.2f}x" if ref else "-"
-            lines.append(f"| {agg} | {x['impl']} | {x['step_s']:.3f} | {x['queries_per_s']:.1f} "
+            lines.append(f"| {agg} | {x['impl']} | {x['step_s']:.3f} | {x['queries_per_s']:.3g} "
                          f"| {x['peak_gb']:.2f} | {ratio} |  |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
