@@ -56,20 +56,23 @@ def run_one(preset: str, seed: int, extra: list[str], storage: Path, prefix: str
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    epochs = summary.get("epochs_run") or _epochs(extra)
+    run_dir = Path(json.loads(proc.stdout.strip().splitlines()[-1])["run_dir"])
+    return {**run_row(run_dir, preset, seed, " ".join(cmd[1:])), "wall_s": wall}
+
+
+def run_row(run_dir: Path, preset: str, seed: int, command: str) -> dict:
+    """The summary row of one finished run: its results.json, median epoch seconds and the
+    edge-removal mode it trained with."""
+    summary = json.loads((run_dir / "results.json").read_text())
     return {
         "preset": preset,
         "seed": seed,
-        "command": " ".join(cmd[1:]),
-        "wall_s": wall,
-        "seconds_per_epoch": statistics.median(epoch_seconds(Path(summary["run_dir"])))
-        if epochs
-        else wall,
+        "command": command,
+        "run_dir": str(run_dir),
         "valid": summary["valid"],
         "test": summary["test"],
-        "run_dir": summary["run_dir"],
-        "remove_query_edges": run_setting(Path(summary["run_dir"]), "train", "remove_query_edges"),
+        "seconds_per_epoch": statistics.median(epoch_seconds(run_dir)),
+        "remove_query_edges": run_setting(run_dir, "train", "remove_query_edges"),
     }
 
 
@@ -92,24 +95,14 @@ def collect(storage: Path, presets: list[str]) -> list[dict]:
     runs = []
     for preset in presets:
         for run_dir in sorted((storage / "runs").glob(f"repro-{preset}-s*")):
-            results = run_dir / "results.json"
-            if not results.is_file():
+            if not (run_dir / "results.json").is_file():
                 continue
-            summary = json.loads(results.read_text())
             seed = int(run_dir.name.split("-s")[-1].split("-")[0])
-            runs.append(
-                {
-                    "preset": preset,
-                    "seed": seed,
-                    "run_dir": str(run_dir),
-                    "command": f"-m cmpnn_dist.train conf={preset} train.seed={seed} "
-                    f"run_name={run_dir.name} train.progress=false",
-                    "valid": summary["valid"],
-                    "test": summary["test"],
-                    "seconds_per_epoch": statistics.median(epoch_seconds(run_dir)),
-                    "remove_query_edges": run_setting(run_dir, "train", "remove_query_edges"),
-                }
+            command = (
+                f"-m cmpnn_dist.train conf={preset} train.seed={seed} "
+                f"run_name={run_dir.name} train.progress=false"
             )
+            runs.append(run_row(run_dir, preset, seed, command))
     return runs
 
 
@@ -121,12 +114,6 @@ def time_one_epoch(preset: str, storage: Path) -> dict:
     return {"train_seconds_one_epoch": row["seconds_per_epoch"], "command": row["command"]}
 
 
-def torch_version() -> str:
-    import torch
-
-    return torch.__version__
-
-
 def run_setting(run_dir: Path, section: str, key: str) -> object:
     """``config[section][key]`` of a finished run, from its newest checkpoint."""
     from cmpnn_dist.training.checkpoint import list_checkpoints, load_checkpoint
@@ -135,13 +122,6 @@ def run_setting(run_dir: Path, section: str, key: str) -> object:
     if not ckpts:
         return None
     return load_checkpoint(ckpts[-1][1])["config"][section][key]
-
-
-def _epochs(extra: list[str]) -> int:
-    for item in extra:
-        if item.startswith("train.epochs="):
-            return int(item.split("=", 1)[1])
-    return 20
 
 
 def main() -> None:
@@ -169,6 +149,7 @@ def main() -> None:
         help="also summarise the finished runs under STORAGE/runs as a labelled comparison",
     )
     args = parser.parse_args()
+    import torch
 
     if args.collect:
         runs = collect(Path(args.storage), args.presets)
@@ -182,7 +163,7 @@ def main() -> None:
         "benchmark": "reproduce_inductive",
         "command": "python benchmarks/reproduce_inductive.py " + " ".join(sys.argv[1:]),
         "machine": f"{platform.node()}, {os.cpu_count()} CPUs, "
-        f"{platform.processor() or platform.machine()}, torch {torch_version()}",
+        f"{platform.processor() or platform.machine()}, torch {torch.__version__}",
         "note": "seconds_per_epoch: median over epochs of the epoch's wall time (training + "
         "its validation), with the runs sharing the 2 CPUs (one torch thread each)",
         "summary": summarise(runs, args.presets),

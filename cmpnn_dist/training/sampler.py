@@ -16,8 +16,8 @@ and keeps the contiguous rows ``[rank * b, (rank + 1) * b)`` with ``b = B / worl
 sequence of global batches depends only on ``seed`` (not on ``world_size``), and every rank
 also sees the global batch's queries and negatives (``Batch.global_queries``,
 ``Batch.global_negatives``) to remove the same query edges as a one-worker run.  The last
-incomplete global batch of an epoch is dropped
-(``F // B`` batches per epoch) so every worker does the same amount of work.
+incomplete global batch of an epoch is dropped (``F // B`` batches per epoch) so every worker
+does the same amount of work.
 
 The sampler never touches the global RNGs (``random``, ``numpy.random``, ``torch``).
 Its state (epoch, position in the epoch, generator state) round-trips through
