@@ -1,30 +1,45 @@
 #!/usr/bin/env bash
 # GPU checks for the fused Triton message passing (issue 5), one short script for a device run:
 #   1. tests/test_ops_fused.py on CUDA (float64 parity + gradcheck on the compiled kernels,
-#      and the @gpu float32-hub / bfloat16 checks), fixed tiling (no autotune) to save compiles;
-#   2. benchmarks/message_passing.py --device cuda (autotuned), results into $OUT;
-#   3. benchmarks/train_step.py --device cuda: full 6-layer training step, reference vs fused.
-# Usage: OUT=/some/dir bash benchmarks/gpu_check.sh
+#      and the @gpu float32-hub / bfloat16 checks), first tiling only (no autotune: compiles);
+#   2. benchmarks/message_passing.py --device cuda: reference, fused (autotuned over the whole
+#      space in cmpnn_dist/ops/triton_kernels.py, every config's time kept in the tuning log)
+#      and the torch.sparse floor, plus the device's copy bandwidth;
+#   3. benchmarks/train_step.py --device cuda: a full 6-layer training step, reference vs fused,
+#      with the fused space cut to the configs that won step 2 most often.
+# Usage: OUT=/some/dir bash benchmarks/gpu_check.sh   (at most 8 files land in $OUT)
 set -u
 OUT=${OUT:-/tmp/gpu_check}
 mkdir -p "$OUT"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export TRITON_DEFAULT_FP_FUSION=1
-nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
-python -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())" \
-  2>&1 | tee "$OUT/versions.txt"
+{
+  python -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())"
+  nvidia-smi
+} > "$OUT/env.txt" 2>&1
+head -1 "$OUT/env.txt"
 t0=$(date +%s)
 CMPNN_TRITON_AUTOTUNE=0 timeout "${TEST_TIMEOUT:-150}" python -m pytest tests/test_ops_fused.py -q \
   -p no:cacheprovider --durations=5 > "$OUT/pytest_gpu.txt" 2>&1
 echo "pytest rc=$? in $(( $(date +%s) - t0 ))s" | tee -a "$OUT/pytest_gpu.txt"
-tail -15 "$OUT/pytest_gpu.txt"
+tail -4 "$OUT/pytest_gpu.txt"
 t0=$(date +%s)
-timeout "${BENCH_TIMEOUT:-240}" python benchmarks/message_passing.py --device cuda --reps 10 \
-  --out "$OUT" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | grep -v '^|'
+timeout "${BENCH_TIMEOUT:-270}" python benchmarks/message_passing.py --device cuda --reps 10 \
+  --impls reference fused sparse_floor --out "$OUT" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
 echo "bench rc=$? in $(( $(date +%s) - t0 ))s"
-cat "$OUT"/message_passing_*.md 2>/dev/null
+grep -v '^|' "$OUT/bench.log" | grep -v '^{' | tail -5
+# the two configs that won the most autotuning runs above, for the training step
+CONFIGS=$(python - "$OUT" <<'EOF'
+import collections, glob, json, sys
+logs = [json.load(open(p)).get("tuning_log", []) for p in glob.glob(sys.argv[1] + "/message_passing_cuda_*.json")]
+wins = collections.Counter(t["best"] for log in logs for t in log)
+print(";".join(c for c, _ in wins.most_common(2)))
+EOF
+)
+echo "train-step configs: ${CONFIGS:-default space}"
 t0=$(date +%s)
-timeout "${STEP_TIMEOUT:-200}" python benchmarks/train_step.py --device cuda --reps 5 \
-  --impls reference fused --out "$OUT" 2>&1 | tee "$OUT/train_step.log" | grep -v '^|'
+CMPNN_TRITON_CONFIGS="$CONFIGS" timeout "${STEP_TIMEOUT:-150}" python benchmarks/train_step.py \
+  --device cuda --reps 5 --impls reference fused --out "$OUT" > "$OUT/train_step.log" 2>&1
 echo "train_step rc=$? in $(( $(date +%s) - t0 ))s"
-cat "$OUT"/train_step_*.md 2>/dev/null
+grep '^|' "$OUT"/message_passing_cuda_*.md | grep -v -- '---' | cut -c1-150
+grep '^|' "$OUT"/train_step_cuda_*.md 2>/dev/null | cut -c1-150

@@ -37,11 +37,11 @@ N_NODES, N_REL = 93_773, 51
 CASES = [  # name, message kind, aggregators, dtype, implementations
     ("msg1_sum_fp32", "mul1", ("sum",), "float32",
      ["naive", "reference", "scatter", "fused", "sparse_floor"]),
+    ("msg1_sum_bf16", "mul1", ("sum",), "bfloat16", ["reference", "fused", "sparse_floor"]),
     ("msg1_pna_fp32", "mul1", ("sum", "sumsq", "max", "min"), "float32",
      ["naive", "reference", "scatter", "fused"]),
     ("msg2_sum_fp32", "mul2", ("sum",), "float32", ["reference", "scatter", "fused"]),
     ("basis_sum_fp32", "basis", ("sum",), "float32", ["reference", "scatter", "fused"]),
-    ("msg1_sum_bf16", "mul1", ("sum",), "bfloat16", ["reference", "fused", "sparse_floor"]),
 ]  # fmt: skip
 
 
@@ -119,6 +119,24 @@ def sparse_layer(graph: Graph, dev: str):
     return run
 
 
+def copy_bandwidth(nbytes: int = 2 << 30, reps: int = 20) -> float:
+    """TB/s of a device-to-device copy, bytes read plus written (median of ``reps``)."""
+    a = torch.empty(nbytes // 4, device="cuda").normal_()
+    b = torch.empty_like(a)
+    b.copy_(a)
+    times = []
+    for _ in range(reps):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        b.copy_(a)
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) * 1e-3)
+    del a, b
+    torch.cuda.empty_cache()
+    return 2 * nbytes / statistics.median(times) / 1e12
+
+
 def timed(fn, dev: str, reps: int, warmup: int) -> float:
     """Median milliseconds of fn()."""
     times = []
@@ -161,6 +179,9 @@ def measure(impl: str, case: tuple, graph: Graph, args: argparse.Namespace, floo
     res = {"impl": impl}
     fwd_bwd()  # compiles / autotunes / builds cached graph structures outside the timings
     res["forward_ms"] = timed(fwd, dev, args.reps, warm)
+    if kind.startswith("mul"):  # source-row gathers alone: |E| x B x d elements
+        gathered = graph.num_edges * x[0].numel() * x.element_size()
+        res["gather_tb_per_s"] = gathered / (res["forward_ms"] * 1e-3) / 1e12
     res["fwd_bwd_ms"] = timed(fwd_bwd, dev, args.reps, warm)
     if dev == "cuda":
         torch.cuda.synchronize()
@@ -188,6 +209,14 @@ def write(results: dict, out: Path) -> None:
         os.replace(tmp, path)
 
 
+def _gather_note(row: dict) -> str:
+    """'gathers 3.1 TB/s' (source-row bytes over forward time) for rows that have it."""
+    bw = row.get("gather_tb_per_s")
+    if bw is None:
+        return ""
+    return f"gathers {bw:.2f} TB/s" if bw >= 0.1 else f"gathers {bw * 1e3:.1f} GB/s"
+
+
 def to_markdown(r: dict) -> str:
     lines = [
         f"# Message passing, one layer: {r['graph']}",
@@ -207,10 +236,22 @@ def to_markdown(r: dict) -> str:
                 lines.append(f"| {case} | {x['impl']} | - | - | - | - | {x.get('error', '')} |")
                 continue
             ratio = f"{ref['forward_ms'] / x['forward_ms']:.1f}x" if ref else "-"
+            note = _gather_note(x)
             lines.append(
                 f"| {case} | {x['impl']} | {x['forward_ms']:.2f} | {x['fwd_bwd_ms']:.2f} | "
-                f"{x['peak_gb']:.2f} | {ratio} |  |"
+                f"{x['peak_gb']:.2f} | {ratio} | {note} |"
             )
+    if r.get("copy_tb_per_s"):
+        lines += ["", f"Device-to-device copy (read + write): {r['copy_tb_per_s']:.2f} TB/s."]
+    if r.get("tuning_log"):
+        lines += ["", "## Autotuning (fused; config = BLOCK_E,BLOCK_C,warps,stages,hints)", ""]
+        lines += ["| kernel | key | best | best ms | slowest ms |", "|---|---|---|---|---|"]
+        for t in r["tuning_log"]:
+            ms = t["timings_ms"]
+            best = f"{ms[t['best']]:.3f}" if t["best"] in ms else "-"
+            worst = f"{max(ms.values()):.3f}" if ms else "-"
+            key = " ".join(t["key"])
+            lines.append(f"| {t['kernel']} | {key} | {t['best']} | {best} | {worst} |")
     return "\n".join(lines) + "\n"
 
 
@@ -252,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
         "cases": {},
     }
     floor = sparse_layer(graph, args.device)
+    if args.device == "cuda":
+        results["copy_tb_per_s"] = copy_bandwidth()
+        print(f"device-to-device copy: {results['copy_tb_per_s']:.2f} TB/s (read + write)")
     for case in CASES:
         if args.cases and case[0] not in args.cases:
             continue
@@ -274,6 +318,11 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(case[0], json.dumps(row), flush=True)
         write(results, Path(args.out))
+        if args.device == "cuda":
+            from cmpnn_dist.ops import triton_kernels
+
+            results["tuning_log"] = triton_kernels.TUNING_LOG
+            write(results, Path(args.out))
     print(to_markdown(results))
     return 0
 

@@ -132,6 +132,11 @@ def to_markdown(r: dict) -> str:
         f"median of {r['reps']} steps after one warm-up step",
         f"- command: `{r['command']}`",
         "- peak = extra memory during one step (CUDA allocator peak, or CPU RSS peak)",
+        *(
+            [f"- fused tuning space (BLOCK_E,BLOCK_C,warps,stages,hints): {r['triton_configs']}"]
+            if r.get("triton_configs")
+            else []
+        ),
         "",
         "| aggregation | impl | step s | queries/s | peak GB | vs reference | note |",
         "|---|---|---|---|---|---|---|",
@@ -183,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         "reps": args.reps, "command": "python " + " ".join([sys.argv[0], *(argv or sys.argv[1:])]),
         "results": {},
     }  # fmt: skip
+    if os.environ.get("CMPNN_TRITON_CONFIGS"):  # the fused kernels' tuning space, if cut
+        result["triton_configs"] = os.environ["CMPNN_TRITON_CONFIGS"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for agg in args.aggregates:

@@ -189,6 +189,21 @@ def test_scatter_impl_parity(graph: Graph) -> None:
             torch.testing.assert_close(a, b_)
 
 
+def test_tuning_space_syntax() -> None:
+    """CMPNN_TRITON_CONFIGS entries round-trip through triton.Config and its label."""
+    from cmpnn_dist.ops import triton_kernels as K
+
+    space = K.parse_space(" 16,64,4,3,1 ; 8,256,2,1,0;")
+    assert space == [(16, 64, 4, 3, 1), (8, 256, 2, 1, 0)]
+    for e, c, w, st, h in space:
+        cfg = K.triton.Config({"BLOCK_E": e, "BLOCK_C": c, "HINTS": h}, num_warps=w, num_stages=st)
+        assert K.parse_space(K.config_label(cfg)) == [(e, c, w, st, h)]
+    with pytest.raises(ValueError, match="16,64,4"):
+        K.parse_space("16,64,4")
+    with pytest.raises(ValueError, match="empty"):
+        K.parse_space(" ; ")
+
+
 # ------------------------------------------------------------------ GPU only
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", KINDS)

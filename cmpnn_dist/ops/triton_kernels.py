@@ -5,7 +5,8 @@ Notation: ``C = B * d`` columns per node (the B query states of a node are one c
 ``tab`` is the gathered source table: ``x`` [N, C] for ``message="mul"`` or the per-basis
 transforms ``y`` [N, nb, C] for ``message="basis"``.  The message of edge ``e = (s -r-> v)``:
 
-* mul:   ``m_e[c] = tab[s, c] * w[r, c]``     with ``w[r, c] = rel[b(c) * sb + r * sr + j(c)]``
+* mul:   ``m_e[c] = tab[s, c] * w[r, c]``   (``w`` [R2, C]: the relation vectors laid out like
+  a node row, so both gathers are contiguous C-wide loads)
 * basis: ``m_e[c] = sum_k coef[r, k] * tab[s, k, c]``
 
 Every kernel walks *work items* ``(start, end, slot)``: an edge range of one CSR row (rows with
@@ -15,6 +16,13 @@ reduction is written to output row ``slot`` (the row itself, or a partial slot >
 tile of ``BLOCK_C`` columns, loading ``BLOCK_E`` gathered source rows at a time, so one gathered
 row serves all B queries; accumulation is float32 for float32 / bfloat16 inputs (float64 stays
 float64).
+
+Memory traffic: the gathers move |E| x C elements per pass, far more than the L2 holds when
+every column is gathered at once (93,773 nodes x 256 float32 columns = 96 MB).  The grid is
+(items, column tiles) with items varying fastest, so all programs of one column tile run before
+the next tile's: with ``BLOCK_C`` = 64 the gathered table slice in flight is N x 64 elements
+(24 MB in float32), which the L2 serves.  Edge-index streams are loaded ``evict_first`` and
+the gathered tables ``evict_last`` (``HINTS``) to keep it that way.
 
 Kernels are defined under ``TRITON_INTERPRET=1`` when no CUDA device is present, so the same
 code runs (slowly) on CPU for the tests.
@@ -43,32 +51,39 @@ def _message(
     r,
     k_sel,
     cols,
-    b_idx,
-    j_idx,
     m2,
     C: tl.constexpr,
     NB: tl.constexpr,
-    w_sb,
-    w_sr,
     BASIS: tl.constexpr,
+    NEED_MSG: tl.constexpr,
     ACC: tl.constexpr,
+    TAB_EVICT: tl.constexpr,
 ):
-    """Messages [BLOCK_E, BLOCK_C] of edges (s, r); for BASIS also tab[s, k_sel] (the k slice)."""
+    """Messages [BLOCK_E, BLOCK_C] of edges (s, r) (zeros unless NEED_MSG) and the gathered
+    source rows ``sel`` = tab[s] (for BASIS the k_sel slice)."""
     if BASIS:
         msg = tl.zeros(m2.shape, dtype=ACC)
         sel = tl.zeros(m2.shape, dtype=ACC)
         for k in tl.static_range(NB):
-            t = tl.load(tab_ptr + (s[:, None] * NB + k) * C + cols[None, :], mask=m2, other=0.0)
-            t = t.to(ACC)
-            cf = tl.load(w_ptr + r * NB + k, mask=r >= 0, other=0.0).to(ACC)
-            msg += t * cf[:, None]
+            t = tl.load(
+                tab_ptr + (s[:, None] * NB + k) * C + cols[None, :],
+                mask=m2,
+                other=0.0,
+                eviction_policy=TAB_EVICT,
+            ).to(ACC)
+            if NEED_MSG:
+                cf = tl.load(w_ptr + r * NB + k, mask=r >= 0, other=0.0).to(ACC)
+                msg += t * cf[:, None]
             sel = tl.where(k == k_sel, t, sel)
     else:
-        sel = tl.load(tab_ptr + s[:, None] * C + cols[None, :], mask=m2, other=0.0).to(ACC)
-        wv = tl.load(
-            w_ptr + r[:, None] * w_sr + b_idx[None, :] * w_sb + j_idx[None, :], mask=m2, other=0.0
+        sel = tl.load(
+            tab_ptr + s[:, None] * C + cols[None, :], mask=m2, other=0.0, eviction_policy=TAB_EVICT
         ).to(ACC)
-        msg = sel * wv
+        if NEED_MSG:
+            wv = tl.load(w_ptr + r[:, None] * C + cols[None, :], mask=m2, other=0.0).to(ACC)
+            msg = sel * wv
+        else:
+            msg = tl.zeros(m2.shape, dtype=ACC)
     return msg, sel
 
 
@@ -89,9 +104,6 @@ def fwd_kernel(
     a_max,
     a_min,
     C: tl.constexpr,
-    D: tl.constexpr,
-    w_sb,
-    w_sr,
     NB: tl.constexpr,
     BASIS: tl.constexpr,
     HAS_MASK: tl.constexpr,
@@ -103,13 +115,14 @@ def fwd_kernel(
     ACC: tl.constexpr,
     BLOCK_E: tl.constexpr,
     BLOCK_C: tl.constexpr,
+    HINTS: tl.constexpr,
 ):
     """One destination item x column tile: sum, sum of squares, max / min (+ arg edge ids)."""
+    IDX_EVICT: tl.constexpr = "evict_first" if HINTS else ""
+    TAB_EVICT: tl.constexpr = "evict_last" if HINTS else ""
     item = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = cols < C
-    b_idx = cols // D
-    j_idx = cols % D
     start = tl.load(it_start + item)
     end = tl.load(it_end + item)
     slot = tl.load(it_slot + item).to(tl.int64)
@@ -125,15 +138,14 @@ def fwd_kernel(
         eids = e0 + tl.arange(0, BLOCK_E)
         emask = eids < end
         if HAS_MASK:
-            emask = emask & (tl.load(keep_ptr + eids, mask=emask, other=0) != 0)
-        s = tl.load(src_ptr + eids, mask=emask, other=0)
+            keep = tl.load(keep_ptr + eids, mask=emask, other=0, eviction_policy=IDX_EVICT)
+            emask = emask & (keep != 0)
+        s = tl.load(src_ptr + eids, mask=emask, other=0, eviction_policy=IDX_EVICT)
         if IDX64:
             s = s.to(tl.int64)
-        r = tl.load(rel_ptr + eids, mask=emask, other=-1)
+        r = tl.load(rel_ptr + eids, mask=emask, other=-1, eviction_policy=IDX_EVICT)
         m2 = emask[:, None] & cmask[None, :]
-        msg, _ = _message(
-            tab_ptr, w_ptr, s, r, -1, cols, b_idx, j_idx, m2, C, NB, w_sb, w_sr, BASIS, ACC
-        )
+        msg, _ = _message(tab_ptr, w_ptr, s, r, -1, cols, m2, C, NB, BASIS, True, ACC, TAB_EVICT)
         if DO_SUM:
             acc_s += msg
         if DO_SQ:
@@ -188,9 +200,6 @@ def bwd_kernel(
     gmin_ptr,
     out_ptr,
     C: tl.constexpr,
-    D: tl.constexpr,
-    w_sb,
-    w_sr,
     NB: tl.constexpr,
     BASIS: tl.constexpr,
     HAS_MASK: tl.constexpr,
@@ -203,6 +212,7 @@ def bwd_kernel(
     ACC: tl.constexpr,
     BLOCK_E: tl.constexpr,
     BLOCK_C: tl.constexpr,
+    HINTS: tl.constexpr,
 ):
     """Backward of all four statistics, no atomics.
 
@@ -221,12 +231,12 @@ def bwd_kernel(
     destination, ``eid_ptr`` its destination-sorted edge id (keep-mask and arg tests).
     Grid: (items, column tiles, nb or 1).
     """
+    IDX_EVICT: tl.constexpr = "evict_first" if HINTS else ""
+    TAB_EVICT: tl.constexpr = "evict_last" if HINTS else ""
     item = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     k_sel = tl.program_id(2)
     cmask = cols < C
-    b_idx = cols // D
-    j_idx = cols % D
     start = tl.load(it_start + item)
     end = tl.load(it_end + item)
     slot = tl.load(it_slot + item).to(tl.int64)
@@ -236,38 +246,39 @@ def bwd_kernel(
         eids = e0 + tl.arange(0, BLOCK_E)
         emask = eids < end
         if HAS_MASK or HAS_GMAX or HAS_GMIN:
-            orig = tl.load(eid_ptr + eids, mask=emask, other=0)
+            orig = tl.load(eid_ptr + eids, mask=emask, other=0, eviction_policy=IDX_EVICT)
         if HAS_MASK:
             emask = emask & (tl.load(keep_ptr + orig, mask=emask, other=0) != 0)
-        v = tl.load(other_ptr + eids, mask=emask, other=0)
+        v = tl.load(other_ptr + eids, mask=emask, other=0, eviction_policy=IDX_EVICT)
         if REL_GRAD:  # item = a segment of relation `row`
-            s = tl.load(gsrc_ptr + eids, mask=emask, other=0)
+            s = tl.load(gsrc_ptr + eids, mask=emask, other=0, eviction_policy=IDX_EVICT)
             r = tl.where(emask, row, -1)
         else:  # item = (part of) the out-edges of source node `row`
             s = tl.where(emask, row, 0)
-            r = tl.load(rel_ptr + eids, mask=emask, other=-1)
+            r = tl.load(rel_ptr + eids, mask=emask, other=-1, eviction_policy=IDX_EVICT)
         if IDX64:
             s = s.to(tl.int64)
             v = v.to(tl.int64)
         m2 = emask[:, None] & cmask[None, :]
         g = tl.zeros((BLOCK_E, BLOCK_C), dtype=ACC)
+        vc = v[:, None] * C + cols[None, :]  # destination rows of the output gradients
         if HAS_GS:
-            g += tl.load(gs_ptr + v[:, None] * C + cols[None, :], mask=m2, other=0.0).to(ACC)
-        if HAS_GQ or REL_GRAD:
+            g += tl.load(gs_ptr + vc, mask=m2, other=0.0, eviction_policy=TAB_EVICT).to(ACC)
+        if HAS_GQ or REL_GRAD:  # the message only for the sum-of-squares term
             msg, sel = _message(
-                tab_ptr, w_ptr, s, r, k_sel, cols, b_idx, j_idx, m2, C, NB, w_sb, w_sr, BASIS, ACC
+                tab_ptr, w_ptr, s, r, k_sel, cols, m2, C, NB, BASIS, HAS_GQ, ACC, TAB_EVICT
             )
         if HAS_GQ:
-            gq = tl.load(gq_ptr + v[:, None] * C + cols[None, :], mask=m2, other=0.0).to(ACC)
+            gq = tl.load(gq_ptr + vc, mask=m2, other=0.0, eviction_policy=TAB_EVICT).to(ACC)
             g += 2.0 * gq * msg
         if HAS_GMAX:  # the max gradient flows only through the stored arg edge
-            am = tl.load(amax_ptr + v[:, None] * C + cols[None, :], mask=m2, other=-1)
+            am = tl.load(amax_ptr + vc, mask=m2, other=-1)
             hit = m2 & (am == orig[:, None])
-            g += tl.load(gmax_ptr + v[:, None] * C + cols[None, :], mask=hit, other=0.0).to(ACC)
+            g += tl.load(gmax_ptr + vc, mask=hit, other=0.0).to(ACC)
         if HAS_GMIN:
-            am = tl.load(amin_ptr + v[:, None] * C + cols[None, :], mask=m2, other=-1)
+            am = tl.load(amin_ptr + vc, mask=m2, other=-1)
             hit = m2 & (am == orig[:, None])
-            g += tl.load(gmin_ptr + v[:, None] * C + cols[None, :], mask=hit, other=0.0).to(ACC)
+            g += tl.load(gmin_ptr + vc, mask=hit, other=0.0).to(ACC)
         if REL_GRAD:
             acc += g * sel
         else:
@@ -275,43 +286,73 @@ def bwd_kernel(
                 cf = tl.load(w_ptr + r * NB + k_sel, mask=emask, other=0.0).to(ACC)
                 acc += g * cf[:, None]
             else:
-                wv = tl.load(
-                    w_ptr + r[:, None] * w_sr + b_idx[None, :] * w_sb + j_idx[None, :],
-                    mask=m2,
-                    other=0.0,
-                ).to(ACC)
+                wv = tl.load(w_ptr + r[:, None] * C + cols[None, :], mask=m2, other=0.0).to(ACC)
                 acc += g * wv
     out = (slot * NB + k_sel) * C + cols
     tl.store(out_ptr + out, tl.sum(acc, 0).to(out_ptr.dtype.element_ty), mask=cmask)
 
 
-# Small autotune lists (GPU only): gathered rows per step x columns per program x warps.
-# CMPNN_TRITON_AUTOTUNE=0 keeps only the first (saves compile time, e.g. in tests).
-_CONFIGS = [
-    triton.Config({"BLOCK_E": be, "BLOCK_C": bc}, num_warps=nw)
-    for be, bc, nw in [
-        (16, 256, 4),
-        (8, 256, 4),
-        (32, 256, 4),
-        (32, 256, 8),
-        (64, 256, 8),
-        (16, 128, 4),
-    ]
+# Autotune space (GPU only): gathered rows per step (BLOCK_E) x columns per program (BLOCK_C,
+# the L2 working-set lever above) x warps x pipeline stages x cache hints.  The first entry is
+# the default when tuning is off.  CMPNN_TRITON_CONFIGS="E,C,warps,stages,hints;..." replaces
+# the list (e.g. with the winners of benchmarks/message_passing.py's tuning log);
+# CMPNN_TRITON_AUTOTUNE=0 keeps only the first entry (saves compile time, e.g. in tests).
+_SPACE = [
+    (16, 64, 4, 3, 1),
+    (32, 64, 4, 3, 1),
+    (32, 64, 8, 3, 1),
+    (64, 64, 8, 3, 1),
+    (16, 64, 4, 3, 0),
+    (32, 32, 4, 3, 1),
+    (64, 32, 4, 3, 1),
+    (16, 128, 4, 3, 1),
+    (32, 128, 8, 3, 1),
+    (16, 256, 4, 3, 0),
+    (8, 256, 4, 3, 0),
 ]
+
+
+def parse_space(text: str) -> list[tuple[int, ...]]:
+    """ "E,C,warps,stages,hints;..." -> [(E, C, warps, stages, hints), ...]."""
+    out = []
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        vals = tuple(int(v) for v in part.split(","))
+        if len(vals) != 5:
+            raise ValueError(f"CMPNN_TRITON_CONFIGS {part!r}: expected E,C,warps,stages,hints")
+        out.append(vals)
+    if not out:
+        raise ValueError("CMPNN_TRITON_CONFIGS is empty")
+    return out
+
+
+def config_label(cfg: object) -> str:
+    """'E,C,warps,stages,hints' of a triton.Config (the CMPNN_TRITON_CONFIGS syntax)."""
+    kw = cfg.kwargs
+    return f"{kw['BLOCK_E']},{kw['BLOCK_C']},{cfg.num_warps},{cfg.num_stages},{kw['HINTS']}"
+
+
+if os.environ.get("CMPNN_TRITON_CONFIGS"):
+    _SPACE = parse_space(os.environ["CMPNN_TRITON_CONFIGS"])
 if os.environ.get("CMPNN_TRITON_AUTOTUNE", "1") == "0":
-    _CONFIGS = _CONFIGS[:1]
-_FLAGS = ["C", "D", "NB", "BASIS", "HAS_MASK", "IDX64"]
-_BWD_FLAGS = ["HAS_GS", "HAS_GQ", "HAS_GMAX", "HAS_GMIN", "REL_GRAD"]
+    _SPACE = _SPACE[:1]
+CONFIGS = [
+    triton.Config({"BLOCK_E": e, "BLOCK_C": c, "HINTS": h}, num_warps=w, num_stages=st)
+    for e, c, w, st, h in _SPACE
+]
+_FLAGS = ["C", "NB", "BASIS", "HAS_MASK", "IDX64"]
 TUNED = (
     {}
     if INTERPRET
     else {
-        "fwd": triton.autotune(_CONFIGS, key=_FLAGS + ["DO_SUM", "DO_SQ", "DO_MAX", "DO_MIN"])(
+        "fwd": triton.autotune(CONFIGS, key=_FLAGS + ["DO_SUM", "DO_SQ", "DO_MAX", "DO_MIN"])(
             fwd_kernel
         ),
         "bwd": triton.autotune(
-            _CONFIGS, key=_FLAGS + ["HAS_GS", "HAS_GQ", "HAS_GMAX", "HAS_GMIN", "REL_GRAD"]
+            CONFIGS, key=_FLAGS + ["HAS_GS", "HAS_GQ", "HAS_GMAX", "HAS_GMIN", "REL_GRAD"]
         )(bwd_kernel),
     }
 )
 KERNELS = {"fwd": fwd_kernel, "bwd": bwd_kernel}
+# One entry per autotuning run: {"kernel", "key", "best", "timings_ms": {config label: ms}};
+# benchmarks write it beside their results.
+TUNING_LOG: list[dict] = []

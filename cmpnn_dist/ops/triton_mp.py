@@ -119,13 +119,33 @@ def _acc(dtype: torch.dtype) -> object:
 
 
 def _launch(name: str, n_items: int, c: int, nz: int, args: list, meta: dict):
-    """Launch with the autotuned variant on GPU or a fixed small tiling under the interpreter."""
+    """Launch with the autotuned variant on GPU or a fixed small tiling under the interpreter.
+
+    Grid (items, column tiles, nz): items vary fastest, so one column tile's programs run
+    together (the L2 working set, see triton_kernels).  A new autotuning run is appended to
+    ``K.TUNING_LOG``.
+    """
     if K.INTERPRET:
         block_c = min(triton.next_power_of_2(c), 32)
         grid = (n_items, triton.cdiv(c, block_c), nz)
-        K.KERNELS[name][grid](*args, **meta, BLOCK_E=4, BLOCK_C=block_c)
-    else:
-        K.TUNED[name][lambda m: (n_items, triton.cdiv(c, m["BLOCK_C"]), nz)](*args, **meta)
+        K.KERNELS[name][grid](*args, **meta, BLOCK_E=4, BLOCK_C=block_c, HINTS=1)
+        return
+    tuner = K.TUNED[name]
+    seen = set(tuner.cache)
+    tuner[lambda m: (n_items, triton.cdiv(c, m["BLOCK_C"]), nz)](*args, **meta)
+    for key in set(tuner.cache) - seen:
+        timings = getattr(tuner, "configs_timings", None) or {}
+        K.TUNING_LOG.append(
+            {
+                "kernel": name,
+                "key": [str(k) for k in key],
+                "best": K.config_label(tuner.cache[key]),
+                "timings_ms": {
+                    K.config_label(cfg): float(t[0] if isinstance(t, (list, tuple)) else t)
+                    for cfg, t in timings.items()
+                },
+            }
+        )
 
 
 def _combine_sum(buf: Tensor, items: dict) -> Tensor:
@@ -161,7 +181,7 @@ def _combine_ext(buf: Tensor, arg: Tensor, items: dict, largest: bool) -> tuple[
 
 
 class _FusedPropagate(torch.autograd.Function):
-    """tab [N, nb, C] (x or y), w ([Bw, R2, d] relation or [R2, nb] coef) -> requested stats."""
+    """tab [N, nb, C] (x or y), w ([R2, C] relation table or [R2, nb] coef) -> requested stats."""
 
     @staticmethod
     def forward(
@@ -182,7 +202,7 @@ class _FusedPropagate(torch.autograd.Function):
         args = [it["start"], it["end"], it["slot"], prep["src"], prep["rel"]]
         args += [keep if keep is not None else prep["src"], tab, w]
         args += [bufs.get(a, dummy) for a in AGGREGATORS] + [args_max, args_min]
-        args += [c, spec["d"], spec["w_sb"], spec["w_sr"]]
+        args += [c]
         meta = dict(
             NB=nb,
             BASIS=spec["basis"],
@@ -236,7 +256,7 @@ class _FusedPropagate(torch.autograd.Function):
         tail += [grad.get(a) if grad.get(a) is not None else dummy for a in ("sum", "sumsq")]
         for a in ("max", "min"):
             tail += [args_of.get(a, idummy), grad.get(a) if grad.get(a) is not None else dummy]
-        dims = [c, spec["d"], spec["w_sb"], spec["w_sr"]]
+        dims = [c]
         any_grad = any(t is not None for t in grad.values())
         if need_tab:
             if any_grad:
@@ -248,7 +268,6 @@ class _FusedPropagate(torch.autograd.Function):
                 gtab = _combine_sum(buf, it)
             else:
                 gtab = torch.zeros_like(tab)
-        gw_rows = None  # [R2, nb, C] relation-gradient rows before reshaping
         if need_w:
             it = prep["r_items"]
             gw_rows = torch.zeros((prep["r2"], nb, c), dtype=w.dtype, device=w.device)
@@ -258,13 +277,8 @@ class _FusedPropagate(torch.autograd.Function):
                 args += [prep["r_dst"], prep["rel"], prep["r_eid"], *tail, part, *dims]
                 _launch("bwd", it["num"], c, nb, args, dict(meta, REL_GRAD=True))
                 gw_rows.index_add_(0, it["row"].long(), part)
-        if need_w:
-            if spec["basis"]:
-                gw = gw_rows.sum(-1)  # [R2, nb]
-            else:
-                b, d = c // spec["d"], spec["d"]
-                full = gw_rows.view(prep["r2"], b, d).transpose(0, 1)  # [B, R2, d]
-                gw = full.sum(0, keepdim=True) if w.shape[0] == 1 else full.contiguous()
+            # basis: coef [R2, nb]; mul: the [R2, C] relation table
+            gw = gw_rows.sum(-1) if spec["basis"] else gw_rows.view(prep["r2"], c)
         return gtab, gw, None, None, None
 
 
@@ -305,10 +319,10 @@ def propagate(
             w = w.unsqueeze(0)
         if w.dim() != 3 or w.shape[1:] != (r2, d) or w.shape[0] not in (1, b):
             raise ValueError(f"relation must be [{r2}, {d}] or [{b}, {r2}, {d}]: {tuple(w.shape)}")
-        w = w.contiguous()
+        # [R2, C] table laid out like a node row: w[r, b * d + j] = relation[b, r, j]
+        w = w.transpose(0, 1).expand(r2, b, d).reshape(r2, b * d).contiguous()
         tab = x.reshape(n, 1, b * d).contiguous()
-        w_sb = 0 if w.shape[0] == 1 else r2 * d
-        spec = dict(basis=False, w_sb=w_sb, w_sr=d)
+        spec = dict(basis=False)
     elif message == "basis":
         bases, coef = relation
         nb = bases.shape[0]
@@ -320,10 +334,10 @@ def propagate(
         # y[n, k, b, j] = sum_i bases[k, j, i] x[n, b, i]
         tab = torch.einsum("nbi,kji->nkbj", x, bases.to(x.dtype)).reshape(n, nb, b * d)
         w = coef.contiguous()
-        spec = dict(basis=True, w_sb=0, w_sr=0)
+        spec = dict(basis=True)
     else:
         raise ValueError(f"unknown message {message!r} (mul | basis)")
-    spec.update(aggs=aggs, d=d, idx64=tab.numel() >= _I32_MAX)
+    spec.update(aggs=aggs, idx64=tab.numel() >= _I32_MAX)
     keep = None
     if edge_mask is not None:
         if edge_mask.shape != (graph.num_edges,):
