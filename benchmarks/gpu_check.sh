@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # GPU checks for the fused Triton message passing (issue 5), one short script for a device run:
 #   1. tests/test_ops_fused.py on CUDA (float64 parity + gradcheck on the compiled kernels,
-#      and the @gpu float32-hub / bfloat16 checks), first tiling only (no autotune: compiles);
+#      and the @gpu float32-hub / bfloat16 checks), first tiling only (no autotune: compiles),
+#      then the parity / GPU tests again with a column-tiled, hinted, no-prefetch tiling;
 #   2. benchmarks/message_passing.py --device cuda: reference, fused (autotuned over the whole
 #      space in cmpnn_dist/ops/triton_kernels.py, every config's time kept in the tuning log)
 #      and the torch.sparse floor, plus the device's copy bandwidth;
-#   3. benchmarks/train_step.py --device cuda: a full 6-layer training step, reference vs fused,
-#      with the fused space cut to the configs that won step 2 most often.
+#   3. benchmarks/profile_fused.py: wall vs GPU time vs CUDA-graph replay vs the profiler's
+#      kernels for MSG 1 sum (where the op's time goes beyond the Triton kernels);
+#   4. benchmarks/train_step.py --device cuda: a full 6-layer training step, reference vs fused;
+#   3 and 4 with the fused space cut to the configs that won step 2 most often.
 # Usage: OUT=/some/dir bash benchmarks/gpu_check.sh   (at most 8 files land in $OUT)
 set -u
 OUT=${OUT:-/tmp/gpu_check}
@@ -24,10 +27,15 @@ CMPNN_TRITON_AUTOTUNE=0 timeout "${TEST_TIMEOUT:-150}" python -m pytest tests/te
 echo "pytest rc=$? in $(( $(date +%s) - t0 ))s" | tee -a "$OUT/pytest_gpu.txt"
 tail -4 "$OUT/pytest_gpu.txt"
 t0=$(date +%s)
+CMPNN_TRITON_CONFIGS="16,64,4,3,1,0" timeout "${TEST_TIMEOUT:-150}" python -m pytest \
+  tests/test_ops_fused.py -q -p no:cacheprovider -k "parity or gpu_" >> "$OUT/pytest_gpu.txt" 2>&1
+echo "pytest (16,64,4,3,1,0) rc=$? in $(( $(date +%s) - t0 ))s" | tee -a "$OUT/pytest_gpu.txt"
+tail -2 "$OUT/pytest_gpu.txt"
+t0=$(date +%s)
 timeout "${BENCH_TIMEOUT:-270}" python benchmarks/message_passing.py --device cuda --reps 10 \
-  --impls reference fused sparse_floor --out "$OUT" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
+  --impls reference fused sparse_floor --out "$OUT" ${BENCH_ARGS:-} > "$OUT/logs.txt" 2>&1
 echo "bench rc=$? in $(( $(date +%s) - t0 ))s"
-grep -v '^|' "$OUT/bench.log" | grep -v '^{' | tail -5
+grep -i copy "$OUT/logs.txt"
 # the two configs that won the most autotuning runs above, for the training step
 CONFIGS=$(python - "$OUT" <<'EOF'
 import collections, glob, json, sys
@@ -36,10 +44,14 @@ wins = collections.Counter(t["best"] for log in logs for t in log)
 print(";".join(c for c, _ in wins.most_common(2)))
 EOF
 )
-echo "train-step configs: ${CONFIGS:-default space}"
+echo "configs for profile and train step: ${CONFIGS:-default space}"
+t0=$(date +%s)
+CMPNN_TRITON_CONFIGS="$CONFIGS" timeout "${PROFILE_TIMEOUT:-90}" python benchmarks/profile_fused.py \
+  --out "$OUT" 2>&1 | grep -v Warning | tee -a "$OUT/logs.txt"
+echo "profile rc=$? in $(( $(date +%s) - t0 ))s"
 t0=$(date +%s)
 CMPNN_TRITON_CONFIGS="$CONFIGS" timeout "${STEP_TIMEOUT:-150}" python benchmarks/train_step.py \
-  --device cuda --reps 5 --impls reference fused --out "$OUT" > "$OUT/train_step.log" 2>&1
+  --device cuda --reps 5 --impls reference fused --out "$OUT" >> "$OUT/logs.txt" 2>&1
 echo "train_step rc=$? in $(( $(date +%s) - t0 ))s"
 grep '^|' "$OUT"/message_passing_cuda_*.md | grep -v -- '---' | cut -c1-150
 grep '^|' "$OUT"/train_step_cuda_*.md 2>/dev/null | cut -c1-150

@@ -244,13 +244,14 @@ def to_markdown(r: dict) -> str:
     if r.get("copy_tb_per_s"):
         lines += ["", f"Device-to-device copy (read + write): {r['copy_tb_per_s']:.2f} TB/s."]
     if r.get("tuning_log"):
-        lines += ["", "## Autotuning (fused; config = BLOCK_E,BLOCK_C,warps,stages,hints)", ""]
-        lines += ["| kernel | key | best | best ms | slowest ms |", "|---|---|---|---|---|"]
+        head = "## Autotuning (fused; config = BLOCK_E,BLOCK_C,warps,stages,hints,prefetch)"
+        lines += ["", head, "", "| kernel | dtype, flags | best | best ms | slowest ms |"]
+        lines.append("|---|---|---|---|---|")
         for t in r["tuning_log"]:
             ms = t["timings_ms"]
             best = f"{ms[t['best']]:.3f}" if t["best"] in ms else "-"
             worst = f"{max(ms.values()):.3f}" if ms else "-"
-            key = " ".join(t["key"])
+            key = f"{t.get('dtype', '')} {' '.join(t.get('flags', []))}"
             lines.append(f"| {t['kernel']} | {key} | {t['best']} | {best} | {worst} |")
     return "\n".join(lines) + "\n"
 

@@ -68,7 +68,12 @@ def graph() -> Graph:
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("masked", [False, True])
-def test_forward_and_grad_parity(graph: Graph, kind: str, masked: bool) -> None:
+@pytest.mark.parametrize("prefetch", [0, 1])
+def test_forward_and_grad_parity(
+    graph: Graph, kind: str, masked: bool, prefetch: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both loop forms (index prefetch on / off); on CUDA the tuning space decides instead."""
+    monkeypatch.setattr(fused, "PREFETCH", prefetch)
     b, d = 2, 3
     x = torch.randn(graph.num_nodes, b, d, dtype=torch.float64, device=DEV, requires_grad=True)
     message, relation = make_relation(kind, graph, b, d, torch.float64)
@@ -193,13 +198,14 @@ def test_tuning_space_syntax() -> None:
     """CMPNN_TRITON_CONFIGS entries round-trip through triton.Config and its label."""
     from cmpnn_dist.ops import triton_kernels as K
 
-    space = K.parse_space(" 16,64,4,3,1 ; 8,256,2,1,0;")
-    assert space == [(16, 64, 4, 3, 1), (8, 256, 2, 1, 0)]
-    for e, c, w, st, h in space:
-        cfg = K.triton.Config({"BLOCK_E": e, "BLOCK_C": c, "HINTS": h}, num_warps=w, num_stages=st)
-        assert K.parse_space(K.config_label(cfg)) == [(e, c, w, st, h)]
-    with pytest.raises(ValueError, match="16,64,4"):
-        K.parse_space("16,64,4")
+    space = K.parse_space(" 16,64,4,3,1,0 ; 8,256,2,1,0,1;")
+    assert space == [(16, 64, 4, 3, 1, 0), (8, 256, 2, 1, 0, 1)]
+    for e, c, w, st, h, pf in space:
+        kw = {"BLOCK_E": e, "BLOCK_C": c, "HINTS": h, "PREFETCH": pf}
+        cfg = K.triton.Config(kw, num_warps=w, num_stages=st)
+        assert K.parse_space(K.config_label(cfg)) == [(e, c, w, st, h, pf)]
+    with pytest.raises(ValueError, match="16,64,4,3,1"):
+        K.parse_space("16,64,4,3,1")
     with pytest.raises(ValueError, match="empty"):
         K.parse_space(" ; ")
 

@@ -88,6 +88,18 @@ def _message(
 
 
 @triton.jit
+def _fwd_edges(src_ptr, rel_ptr, keep_ptr, eids, end, HAS_MASK: tl.constexpr, EVICT: tl.constexpr):
+    """Source, relation and kept-mask of the destination-sorted edges ``eids`` (< end)."""
+    emask = eids < end
+    if HAS_MASK:
+        keep = tl.load(keep_ptr + eids, mask=emask, other=0, eviction_policy=EVICT)
+        emask = emask & (keep != 0)
+    s = tl.load(src_ptr + eids, mask=emask, other=0, eviction_policy=EVICT)
+    r = tl.load(rel_ptr + eids, mask=emask, other=-1, eviction_policy=EVICT)
+    return s, r, emask
+
+
+@triton.jit
 def fwd_kernel(
     it_start,
     it_end,
@@ -116,8 +128,13 @@ def fwd_kernel(
     BLOCK_E: tl.constexpr,
     BLOCK_C: tl.constexpr,
     HINTS: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
-    """One destination item x column tile: sum, sum of squares, max / min (+ arg edge ids)."""
+    """One destination item x column tile: sum, sum of squares, max / min (+ arg edge ids).
+
+    PREFETCH: the next chunk's edge indices are loaded before this chunk's gathers, so the
+    two round trips overlap instead of following each other.
+    """
     IDX_EVICT: tl.constexpr = "evict_first" if HINTS else ""
     TAB_EVICT: tl.constexpr = "evict_last" if HINTS else ""
     item = tl.program_id(0)
@@ -134,18 +151,18 @@ def fwd_kernel(
     acc_mn = tl.full((BLOCK_E, BLOCK_C), float("inf"), dtype=ACC)
     arg_mx = tl.full((BLOCK_E, BLOCK_C), -1, dtype=tl.int32)
     arg_mn = tl.full((BLOCK_E, BLOCK_C), -1, dtype=tl.int32)
-    for e0 in range(start, end, BLOCK_E):
-        eids = e0 + tl.arange(0, BLOCK_E)
-        emask = eids < end
-        if HAS_MASK:
-            keep = tl.load(keep_ptr + eids, mask=emask, other=0, eviction_policy=IDX_EVICT)
-            emask = emask & (keep != 0)
-        s = tl.load(src_ptr + eids, mask=emask, other=0, eviction_policy=IDX_EVICT)
+    eids = start + tl.arange(0, BLOCK_E)
+    s, r, emask = _fwd_edges(src_ptr, rel_ptr, keep_ptr, eids, end, HAS_MASK, IDX_EVICT)
+    for _ in range(start, end, BLOCK_E):
+        if PREFETCH:
+            s_n, r_n, emask_n = _fwd_edges(
+                src_ptr, rel_ptr, keep_ptr, eids + BLOCK_E, end, HAS_MASK, IDX_EVICT
+            )
+        sx = s
         if IDX64:
-            s = s.to(tl.int64)
-        r = tl.load(rel_ptr + eids, mask=emask, other=-1, eviction_policy=IDX_EVICT)
+            sx = s.to(tl.int64)
         m2 = emask[:, None] & cmask[None, :]
-        msg, _ = _message(tab_ptr, w_ptr, s, r, -1, cols, m2, C, NB, BASIS, True, ACC, TAB_EVICT)
+        msg, _ = _message(tab_ptr, w_ptr, sx, r, -1, cols, m2, C, NB, BASIS, True, ACC, TAB_EVICT)
         if DO_SUM:
             acc_s += msg
         if DO_SQ:
@@ -160,6 +177,11 @@ def fwd_kernel(
             upd = v < acc_mn
             acc_mn = tl.where(upd, v, acc_mn)
             arg_mn = tl.where(upd, eids[:, None], arg_mn)
+        eids += BLOCK_E
+        if PREFETCH:
+            s, r, emask = s_n, r_n, emask_n
+        else:
+            s, r, emask = _fwd_edges(src_ptr, rel_ptr, keep_ptr, eids, end, HAS_MASK, IDX_EVICT)
     out = slot * C + cols
     if DO_SUM:
         tl.store(o_sum + out, tl.sum(acc_s, 0).to(o_sum.dtype.element_ty), mask=cmask)
@@ -177,6 +199,38 @@ def fwd_kernel(
         none = mn == float("inf")
         tl.store(o_min + out, tl.where(none, 0.0, mn).to(o_min.dtype.element_ty), mask=cmask)
         tl.store(a_min + out, tl.where(none, -1, am), mask=cmask)
+
+
+@triton.jit
+def _bwd_edges(
+    gsrc_ptr,
+    other_ptr,
+    rel_ptr,
+    eid_ptr,
+    keep_ptr,
+    eids,
+    end,
+    row,
+    HAS_MASK: tl.constexpr,
+    NEED_ORIG: tl.constexpr,
+    REL_GRAD: tl.constexpr,
+    EVICT: tl.constexpr,
+):
+    """(orig edge id, destination v, source s, relation r, kept mask) of backward edges."""
+    emask = eids < end
+    orig = eids
+    if NEED_ORIG:
+        orig = tl.load(eid_ptr + eids, mask=emask, other=0, eviction_policy=EVICT)
+    if HAS_MASK:
+        emask = emask & (tl.load(keep_ptr + orig, mask=emask, other=0) != 0)
+    v = tl.load(other_ptr + eids, mask=emask, other=0, eviction_policy=EVICT)
+    if REL_GRAD:  # item = a segment of relation `row`
+        s = tl.load(gsrc_ptr + eids, mask=emask, other=0, eviction_policy=EVICT)
+        r = tl.where(emask, row, -1)
+    else:  # item = (part of) the out-edges of source node `row`
+        s = tl.where(emask, row, 0)
+        r = tl.load(rel_ptr + eids, mask=emask, other=-1, eviction_policy=EVICT)
+    return orig, v, s, r, emask
 
 
 @triton.jit
@@ -213,8 +267,9 @@ def bwd_kernel(
     BLOCK_E: tl.constexpr,
     BLOCK_C: tl.constexpr,
     HINTS: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
-    """Backward of all four statistics, no atomics.
+    """Backward of all four statistics, no atomics (PREFETCH as in :func:`fwd_kernel`).
 
     With ``G_e = gs[v_e] + 2 gq[v_e] * m_e + [amax[v_e] = e] gmax[v_e] + [amin[v_e] = e] gmin[v_e]``
     (v_e the destination of edge e, amax / amin the arg edge ids stored by the forward):
@@ -242,31 +297,29 @@ def bwd_kernel(
     slot = tl.load(it_slot + item).to(tl.int64)
     row = tl.load(it_row + item)
     acc = tl.zeros((BLOCK_E, BLOCK_C), dtype=ACC)
-    for e0 in range(start, end, BLOCK_E):
-        eids = e0 + tl.arange(0, BLOCK_E)
-        emask = eids < end
-        if HAS_MASK or HAS_GMAX or HAS_GMIN:
-            orig = tl.load(eid_ptr + eids, mask=emask, other=0, eviction_policy=IDX_EVICT)
-        if HAS_MASK:
-            emask = emask & (tl.load(keep_ptr + orig, mask=emask, other=0) != 0)
-        v = tl.load(other_ptr + eids, mask=emask, other=0, eviction_policy=IDX_EVICT)
-        if REL_GRAD:  # item = a segment of relation `row`
-            s = tl.load(gsrc_ptr + eids, mask=emask, other=0, eviction_policy=IDX_EVICT)
-            r = tl.where(emask, row, -1)
-        else:  # item = (part of) the out-edges of source node `row`
-            s = tl.where(emask, row, 0)
-            r = tl.load(rel_ptr + eids, mask=emask, other=-1, eviction_policy=IDX_EVICT)
+    NEED_ORIG: tl.constexpr = HAS_MASK or HAS_GMAX or HAS_GMIN
+    eids = start + tl.arange(0, BLOCK_E)
+    orig, v, s, r, emask = _bwd_edges(
+        gsrc_ptr, other_ptr, rel_ptr, eid_ptr, keep_ptr, eids, end, row,
+        HAS_MASK, NEED_ORIG, REL_GRAD, IDX_EVICT,
+    )  # fmt: skip
+    for _ in range(start, end, BLOCK_E):
+        if PREFETCH:
+            orig_n, v_n, s_n, r_n, emask_n = _bwd_edges(
+                gsrc_ptr, other_ptr, rel_ptr, eid_ptr, keep_ptr, eids + BLOCK_E, end, row,
+                HAS_MASK, NEED_ORIG, REL_GRAD, IDX_EVICT,
+            )  # fmt: skip
+        sx, vx = s, v
         if IDX64:
-            s = s.to(tl.int64)
-            v = v.to(tl.int64)
+            sx, vx = s.to(tl.int64), v.to(tl.int64)
         m2 = emask[:, None] & cmask[None, :]
         g = tl.zeros((BLOCK_E, BLOCK_C), dtype=ACC)
-        vc = v[:, None] * C + cols[None, :]  # destination rows of the output gradients
+        vc = vx[:, None] * C + cols[None, :]  # destination rows of the output gradients
         if HAS_GS:
             g += tl.load(gs_ptr + vc, mask=m2, other=0.0, eviction_policy=TAB_EVICT).to(ACC)
         if HAS_GQ or REL_GRAD:  # the message only for the sum-of-squares term
             msg, sel = _message(
-                tab_ptr, w_ptr, s, r, k_sel, cols, m2, C, NB, BASIS, HAS_GQ, ACC, TAB_EVICT
+                tab_ptr, w_ptr, sx, r, k_sel, cols, m2, C, NB, BASIS, HAS_GQ, ACC, TAB_EVICT
             )
         if HAS_GQ:
             gq = tl.load(gq_ptr + vc, mask=m2, other=0.0, eviction_policy=TAB_EVICT).to(ACC)
@@ -288,37 +341,50 @@ def bwd_kernel(
             else:
                 wv = tl.load(w_ptr + r[:, None] * C + cols[None, :], mask=m2, other=0.0).to(ACC)
                 acc += g * wv
+        eids += BLOCK_E
+        if PREFETCH:
+            orig, v, s, r, emask = orig_n, v_n, s_n, r_n, emask_n
+        else:
+            orig, v, s, r, emask = _bwd_edges(
+                gsrc_ptr, other_ptr, rel_ptr, eid_ptr, keep_ptr, eids, end, row,
+                HAS_MASK, NEED_ORIG, REL_GRAD, IDX_EVICT,
+            )  # fmt: skip
     out = (slot * NB + k_sel) * C + cols
     tl.store(out_ptr + out, tl.sum(acc, 0).to(out_ptr.dtype.element_ty), mask=cmask)
 
 
 # Autotune space (GPU only): gathered rows per step (BLOCK_E) x columns per program (BLOCK_C,
-# the L2 working-set lever above) x warps x pipeline stages x cache hints.  The first entry is
-# the default when tuning is off.  CMPNN_TRITON_CONFIGS="E,C,warps,stages,hints;..." replaces
-# the list (e.g. with the winners of benchmarks/message_passing.py's tuning log);
+# the L2 working-set lever above) x warps x pipeline stages x cache hints x index prefetch.
+# The first entry is the default when tuning is off.  An H200 run of the first space
+# (benchmarks/results/message_passing_cuda_h200.md) put 8 x 256 columns first for the sum
+# forward and both sum backward passes, 16 x 64 without hints for PNA; warps 8 lost
+# everywhere.  CMPNN_TRITON_CONFIGS="E,C,warps,stages,hints,prefetch;..." replaces the list;
 # CMPNN_TRITON_AUTOTUNE=0 keeps only the first entry (saves compile time, e.g. in tests).
 _SPACE = [
-    (16, 64, 4, 3, 1),
-    (32, 64, 4, 3, 1),
-    (32, 64, 8, 3, 1),
-    (64, 64, 8, 3, 1),
-    (16, 64, 4, 3, 0),
-    (32, 32, 4, 3, 1),
-    (64, 32, 4, 3, 1),
-    (16, 128, 4, 3, 1),
-    (32, 128, 8, 3, 1),
-    (16, 256, 4, 3, 0),
-    (8, 256, 4, 3, 0),
+    (8, 256, 4, 3, 0, 1),
+    (8, 256, 4, 3, 0, 0),
+    (16, 256, 4, 3, 0, 1),
+    (8, 128, 4, 3, 0, 1),
+    (16, 128, 4, 3, 1, 1),
+    (16, 128, 4, 3, 1, 0),
+    (16, 64, 4, 3, 0, 1),
+    (16, 64, 4, 3, 0, 0),
+    (32, 64, 4, 3, 1, 1),
+    (8, 256, 2, 3, 0, 1),
+    (4, 256, 2, 3, 0, 1),
 ]
+N_FIELDS = 6
 
 
 def parse_space(text: str) -> list[tuple[int, ...]]:
-    """ "E,C,warps,stages,hints;..." -> [(E, C, warps, stages, hints), ...]."""
+    """ "E,C,warps,stages,hints,prefetch;..." -> [(E, C, warps, stages, hints, prefetch), ...]."""
     out = []
     for part in filter(None, (p.strip() for p in text.split(";"))):
         vals = tuple(int(v) for v in part.split(","))
-        if len(vals) != 5:
-            raise ValueError(f"CMPNN_TRITON_CONFIGS {part!r}: expected E,C,warps,stages,hints")
+        if len(vals) != N_FIELDS:
+            raise ValueError(
+                f"CMPNN_TRITON_CONFIGS {part!r}: expected E,C,warps,stages,hints,prefetch"
+            )
         out.append(vals)
     if not out:
         raise ValueError("CMPNN_TRITON_CONFIGS is empty")
@@ -326,9 +392,12 @@ def parse_space(text: str) -> list[tuple[int, ...]]:
 
 
 def config_label(cfg: object) -> str:
-    """'E,C,warps,stages,hints' of a triton.Config (the CMPNN_TRITON_CONFIGS syntax)."""
+    """'E,C,warps,stages,hints,prefetch' of a triton.Config (the CMPNN_TRITON_CONFIGS syntax)."""
     kw = cfg.kwargs
-    return f"{kw['BLOCK_E']},{kw['BLOCK_C']},{cfg.num_warps},{cfg.num_stages},{kw['HINTS']}"
+    return (
+        f"{kw['BLOCK_E']},{kw['BLOCK_C']},{cfg.num_warps},{cfg.num_stages},"
+        f"{kw['HINTS']},{kw['PREFETCH']}"
+    )
 
 
 if os.environ.get("CMPNN_TRITON_CONFIGS"):
@@ -336,8 +405,10 @@ if os.environ.get("CMPNN_TRITON_CONFIGS"):
 if os.environ.get("CMPNN_TRITON_AUTOTUNE", "1") == "0":
     _SPACE = _SPACE[:1]
 CONFIGS = [
-    triton.Config({"BLOCK_E": e, "BLOCK_C": c, "HINTS": h}, num_warps=w, num_stages=st)
-    for e, c, w, st, h in _SPACE
+    triton.Config(
+        {"BLOCK_E": e, "BLOCK_C": c, "HINTS": h, "PREFETCH": pf}, num_warps=w, num_stages=st
+    )
+    for e, c, w, st, h, pf in _SPACE
 ]
 _FLAGS = ["C", "NB", "BASIS", "HAS_MASK", "IDX64"]
 TUNED = (

@@ -31,6 +31,7 @@ triton, tl = K.triton, K.tl
 
 AGGREGATORS = ("sum", "sumsq", "max", "min")
 MAX_EDGES = 1024  # longest edge range one program walks (hub rows are split)
+PREFETCH = 1  # the interpreter's variant (tests flip it to cover both loop forms)
 _I32_MAX = 2**31 - 1
 
 
@@ -128,16 +129,19 @@ def _launch(name: str, n_items: int, c: int, nz: int, args: list, meta: dict):
     if K.INTERPRET:
         block_c = min(triton.next_power_of_2(c), 32)
         grid = (n_items, triton.cdiv(c, block_c), nz)
-        K.KERNELS[name][grid](*args, **meta, BLOCK_E=4, BLOCK_C=block_c, HINTS=1)
+        K.KERNELS[name][grid](*args, **meta, BLOCK_E=4, BLOCK_C=block_c, HINTS=1, PREFETCH=PREFETCH)
         return
     tuner = K.TUNED[name]
     seen = set(tuner.cache)
     tuner[lambda m: (n_items, triton.cdiv(c, m["BLOCK_C"]), nz)](*args, **meta)
     for key in set(tuner.cache) - seen:
         timings = getattr(tuner, "configs_timings", None) or {}
+        dtype = next(a.dtype for a in args if torch.is_tensor(a) and a.is_floating_point())
         K.TUNING_LOG.append(
             {
                 "kernel": name,
+                "dtype": str(dtype).replace("torch.", ""),
+                "flags": [k for k, v in meta.items() if v is True],
                 "key": [str(k) for k in key],
                 "best": K.config_label(tuner.cache[key]),
                 "timings_ms": {
