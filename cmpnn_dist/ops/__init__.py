@@ -15,7 +15,10 @@ sends a message ``m_e`` and the messages arriving at each node are reduced::
     out["degree"][v] = #{e -> v kept}           (float [N])
 
 Each aggregator output is float [N, B, d]; a node without a kept in-edge gets 0 everywhere.
-Gradients of ``max`` / ``min`` are shared evenly between the edges that attain the extreme.
+Gradients of ``max`` / ``min`` are shared evenly between the edges that attain the extreme
+(naive, reference, scatter); ``fused`` passes all of it to the first such edge (smallest edge
+id, as ``torch.max(dim)`` picks one index).  Both are subgradients; they differ only on exact
+ties, which random float32 inputs do produce now and then on large graphs.
 
 Implementations (``impl=``):
 

@@ -355,23 +355,26 @@ def bwd_kernel(
 
 # Autotune space (GPU only): gathered rows per step (BLOCK_E) x columns per program (BLOCK_C,
 # the L2 working-set lever above) x warps x pipeline stages x cache hints x index prefetch.
-# The first entry is the default when tuning is off.  An H200 run of the first space
-# (benchmarks/results/message_passing_cuda_h200.md) put 8 x 256 columns first for the sum
-# forward and both sum backward passes, 16 x 64 without hints for PNA; warps 8 lost
-# everywhere.  CMPNN_TRITON_CONFIGS="E,C,warps,stages,hints,prefetch;..." replaces the list;
-# CMPNN_TRITON_AUTOTUNE=0 keeps only the first entry (saves compile time, e.g. in tests).
+# The first entry is the default when tuning is off.  Two H200 runs (see
+# benchmarks/results/fused_kernels_h200.md) favoured few rows per step with few warps (many
+# small programs per SM: a row of ~100 edges wastes less on its last chunk) for the forward
+# and the input gradient, and 16 x 64 for the relation gradient; warps 8 lost everywhere and
+# the cache hints were within noise.  CMPNN_TRITON_CONFIGS="E,C,warps,stages,hints,prefetch;..."
+# replaces the list; CMPNN_TRITON_AUTOTUNE=0 keeps only the first entry (saves compile time).
 _SPACE = [
-    (8, 256, 4, 3, 0, 1),
-    (8, 256, 4, 3, 0, 0),
-    (16, 256, 4, 3, 0, 1),
-    (8, 128, 4, 3, 0, 1),
-    (16, 128, 4, 3, 1, 1),
-    (16, 128, 4, 3, 1, 0),
-    (16, 64, 4, 3, 0, 1),
-    (16, 64, 4, 3, 0, 0),
-    (32, 64, 4, 3, 1, 1),
-    (8, 256, 2, 3, 0, 1),
     (4, 256, 2, 3, 0, 1),
+    (8, 256, 4, 3, 0, 0),
+    (16, 64, 4, 3, 0, 0),
+    (16, 64, 4, 3, 0, 1),
+    (8, 128, 4, 3, 0, 1),
+    (2, 256, 2, 3, 0, 1),
+    (4, 256, 1, 3, 0, 1),
+    (2, 256, 1, 3, 0, 1),
+    (4, 256, 2, 3, 0, 0),
+    (8, 64, 2, 3, 0, 0),
+    (4, 128, 2, 3, 0, 1),
+    (8, 256, 2, 3, 0, 1),
+    (16, 128, 4, 3, 1, 0),
 ]
 N_FIELDS = 6
 

@@ -12,7 +12,9 @@ source-sorted (transposed) CSR and the relation gradient over single-relation ed
 (edges sorted by relation, each relation cut into segments of at most ``max_edges``), both
 reductions without atomics; the per-segment partials [segments, C] are then summed per
 relation with ``index_add_`` on that small tensor.  Max / min gradients flow only through the
-edge whose id equals the stored arg of its destination (tested per edge in the same kernels).
+edge whose id equals the stored arg of its destination (tested per edge in the same kernels):
+among exactly tied edges that is the smallest edge id, where the other implementations share
+the gradient evenly (see :mod:`cmpnn_dist.ops`).
 ``basis`` first computes the per-basis transforms ``y[n, k] = bases[k] x[n]`` in torch
 ([N, nb, B, d]); the kernels then gather ``y`` with the coefficient-weighted sum
 ``m_e = sum_k coef[r_e, k] y[s_e, k]``.  The transposed / relation-sorted edge orders and the
@@ -157,7 +159,7 @@ def _combine_sum(buf: Tensor, items: dict) -> Tensor:
     n = items["n"]
     out = buf[:n]
     if items["extra_rows"].numel():
-        out[items["extra_unique"]] = 0
+        out.index_fill_(0, items["extra_unique"], 0)  # (not `out[idx] = 0`: a host copy)
         out.index_add_(0, items["extra_rows"], buf[n:])
     return out
 
@@ -173,10 +175,10 @@ def _combine_ext(buf: Tensor, arg: Tensor, items: dict, largest: bool) -> tuple[
     part, parg = buf[n:], arg[n:]
     pv = torch.where(parg >= 0, part, torch.full_like(part, fill))
     idx = rows[:, None].expand_as(pv)
-    out[uniq] = fill
+    out.index_fill_(0, uniq, fill)
     out.scatter_reduce_(0, idx, pv, "amax" if largest else "amin")
     cand = torch.where((pv == out[rows]) & (parg >= 0), parg, torch.full_like(parg, _I32_MAX))
-    aout[uniq] = _I32_MAX
+    aout.index_fill_(0, uniq, _I32_MAX)
     aout.scatter_reduce_(0, idx, cand, "amin")
     none = aout[uniq] == _I32_MAX
     out[uniq] = torch.where(none, torch.zeros_like(out[uniq]), out[uniq])
@@ -201,7 +203,8 @@ class _FusedPropagate(torch.autograd.Function):
         want = spec["aggs"]
         bufs = {a: tab.new_empty((it["slots"], c)) for a in want}
         dummy = tab.new_empty(1)
-        args_max = torch.empty((it["slots"], c), dtype=torch.int32, device=tab.device)
+        arg_shape = (it["slots"], c) if {"max", "min"} & set(want) else (1,)
+        args_max = torch.empty(arg_shape, dtype=torch.int32, device=tab.device)
         args_min = torch.empty_like(args_max) if "min" in want else args_max
         args = [it["start"], it["end"], it["slot"], prep["src"], prep["rel"]]
         args += [keep if keep is not None else prep["src"], tab, w]
@@ -351,5 +354,11 @@ def propagate(
     if aggs:
         res = _FusedPropagate.apply(tab, w, prep, keep, spec)
         out = {a: t.view(n, b, d) for a, t in zip(aggs, res, strict=True)}
-    out["degree"] = edge_degree(graph, edge_mask, x.device).to(x.dtype)
+    if edge_mask is None:  # the full in-degree, once per graph and dtype
+        key = ("degree", x.dtype)
+        if key not in prep:
+            prep[key] = edge_degree(graph, None, x.device).to(x.dtype)
+        out["degree"] = prep[key]
+    else:
+        out["degree"] = edge_degree(graph, edge_mask, x.device).to(x.dtype)
     return out
