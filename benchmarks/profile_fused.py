@@ -72,6 +72,8 @@ def kernel_table(fn, reps: int) -> list[dict]:
         torch.cuda.synchronize()
     rows = []
     for ev in prof.key_averages():
+        if "CUDA" not in str(getattr(ev, "device_type", "")):  # host ops would count twice
+            continue
         dev_us = getattr(ev, "self_device_time_total", None)
         if dev_us is None:
             dev_us = getattr(ev, "self_cuda_time_total", 0)

@@ -133,7 +133,7 @@ def to_markdown(r: dict) -> str:
         f"- command: `{r['command']}`",
         "- peak = extra memory during one step (CUDA allocator peak, or CPU RSS peak)",
         *(
-            [f"- fused tuning space (BLOCK_E,BLOCK_C,warps,stages,hints): {r['triton_configs']}"]
+            [f"- fused tuning space (E,C,warps,stages,hints,prefetch): {r['triton_configs']}"]
             if r.get("triton_configs")
             else []
         ),
