@@ -320,9 +320,9 @@ def main(argv: list[str] | None = None) -> int:
             print(case[0], json.dumps(row), flush=True)
         write(results, Path(args.out))
         if args.device == "cuda":
-            from cmpnn_dist.ops import triton_kernels
+            from cmpnn_dist.ops import triton_tuning
 
-            results["tuning_log"] = triton_kernels.TUNING_LOG
+            results["tuning_log"] = triton_tuning.TUNING_LOG
             write(results, Path(args.out))
     print(to_markdown(results))
     return 0

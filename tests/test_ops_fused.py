@@ -21,6 +21,7 @@ import triton.language as tl  # noqa: E402
 from cmpnn_dist.graph import Graph, graph_from_triples  # noqa: E402
 from cmpnn_dist.ops import naive  # noqa: E402
 from cmpnn_dist.ops import triton_mp as fused  # noqa: E402
+from cmpnn_dist.ops import triton_tuning as tuning  # noqa: E402
 
 if not torch.cuda.is_available() and type(tl.zeros).__name__ != "InterpretedFunction":
     pytest.skip(
@@ -73,7 +74,7 @@ def test_forward_and_grad_parity(
     graph: Graph, kind: str, masked: bool, prefetch: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Both loop forms (index prefetch on / off); on CUDA the tuning space decides instead."""
-    monkeypatch.setattr(fused, "PREFETCH", prefetch)
+    monkeypatch.setattr(tuning, "INTERPRET_PREFETCH", prefetch)
     b, d = 2, 3
     x = torch.randn(graph.num_nodes, b, d, dtype=torch.float64, device=DEV, requires_grad=True)
     message, relation = make_relation(kind, graph, b, d, torch.float64)
@@ -215,18 +216,16 @@ def test_tie_gradient_goes_to_first_edge() -> None:
 
 def test_tuning_space_syntax() -> None:
     """CMPNN_TRITON_CONFIGS entries round-trip through triton.Config and its label."""
-    from cmpnn_dist.ops import triton_kernels as K
-
-    space = K.parse_space(" 16,64,4,3,1,0 ; 8,256,2,1,0,1;")
+    space = tuning.parse_space(" 16,64,4,3,1,0 ; 8,256,2,1,0,1;")
     assert space == [(16, 64, 4, 3, 1, 0), (8, 256, 2, 1, 0, 1)]
     for e, c, w, st, h, pf in space:
         kw = {"BLOCK_E": e, "BLOCK_C": c, "HINTS": h, "PREFETCH": pf}
-        cfg = K.triton.Config(kw, num_warps=w, num_stages=st)
-        assert K.parse_space(K.config_label(cfg)) == [(e, c, w, st, h, pf)]
+        cfg = tuning.triton.Config(kw, num_warps=w, num_stages=st)
+        assert tuning.parse_space(tuning.config_label(cfg)) == [(e, c, w, st, h, pf)]
     with pytest.raises(ValueError, match="16,64,4,3,1"):
-        K.parse_space("16,64,4,3,1")
+        tuning.parse_space("16,64,4,3,1")
     with pytest.raises(ValueError, match="empty"):
-        K.parse_space(" ; ")
+        tuning.parse_space(" ; ")
 
 
 # ------------------------------------------------------------------ GPU only

@@ -17,12 +17,16 @@ tile of ``BLOCK_C`` columns, loading ``BLOCK_E`` gathered source rows at a time,
 row serves all B queries; accumulation is float32 for float32 / bfloat16 inputs (float64 stays
 float64).
 
-Memory traffic: the gathers move |E| x C elements per pass, far more than the L2 holds when
-every column is gathered at once (93,773 nodes x 256 float32 columns = 96 MB).  The grid is
-(items, column tiles) with items varying fastest, so all programs of one column tile run before
-the next tile's: with ``BLOCK_C`` = 64 the gathered table slice in flight is N x 64 elements
-(24 MB in float32), which the L2 serves.  Edge-index streams are loaded ``evict_first`` and
-the gathered tables ``evict_last`` (``HINTS``) to keep it that way.
+Memory traffic: the gathers move |E| x C elements per pass (9.75 GB for the biokg-scale graph
+in float32), more than the L2 holds at once (93,773 nodes x 256 float32 columns = 96 MB).  The
+grid is (items, column tiles) with items varying fastest, so one column tile's programs run
+together and ``BLOCK_C`` < C shrinks the gathered slice in flight; ``HINTS`` loads edge-index
+streams ``evict_first`` and gathered rows ``evict_last``; ``PREFETCH`` loads the next chunk's
+indices before this chunk's gathers.  On an H200 the kernels behaved latency-bound rather than
+bandwidth-bound (bfloat16 no faster than float32 before tuning): small steps (2 - 16 rows), few
+warps and full rows won, and column tiles only for the relation gradient.  The space and
+launch live in :mod:`cmpnn_dist.ops.triton_tuning`; measurements in
+``benchmarks/results/fused_kernels_h200.md``.
 
 Kernels are defined under ``TRITON_INTERPRET=1`` when no CUDA device is present, so the same
 code runs (slowly) on CPU for the tests.
@@ -353,80 +357,4 @@ def bwd_kernel(
     tl.store(out_ptr + out, tl.sum(acc, 0).to(out_ptr.dtype.element_ty), mask=cmask)
 
 
-# Autotune space (GPU only): gathered rows per step (BLOCK_E) x columns per program (BLOCK_C,
-# the L2 working-set lever above) x warps x pipeline stages x cache hints x index prefetch.
-# The first entry is the default when tuning is off.  Two H200 runs (see
-# benchmarks/results/fused_kernels_h200.md) favoured few rows per step with few warps (many
-# small programs per SM: a row of ~100 edges wastes less on its last chunk) for the forward
-# and the input gradient, and 16 x 64 for the relation gradient; warps 8 lost everywhere and
-# the cache hints were within noise.  CMPNN_TRITON_CONFIGS="E,C,warps,stages,hints,prefetch;..."
-# replaces the list; CMPNN_TRITON_AUTOTUNE=0 keeps only the first entry (saves compile time).
-_SPACE = [
-    (4, 256, 2, 3, 0, 1),
-    (8, 256, 4, 3, 0, 0),
-    (16, 64, 4, 3, 0, 0),
-    (16, 64, 4, 3, 0, 1),
-    (8, 128, 4, 3, 0, 1),
-    (2, 256, 2, 3, 0, 1),
-    (4, 256, 1, 3, 0, 1),
-    (2, 256, 1, 3, 0, 1),
-    (4, 256, 2, 3, 0, 0),
-    (8, 64, 2, 3, 0, 0),
-    (4, 128, 2, 3, 0, 1),
-    (8, 256, 2, 3, 0, 1),
-    (16, 128, 4, 3, 1, 0),
-]
-N_FIELDS = 6
-
-
-def parse_space(text: str) -> list[tuple[int, ...]]:
-    """ "E,C,warps,stages,hints,prefetch;..." -> [(E, C, warps, stages, hints, prefetch), ...]."""
-    out = []
-    for part in filter(None, (p.strip() for p in text.split(";"))):
-        vals = tuple(int(v) for v in part.split(","))
-        if len(vals) != N_FIELDS:
-            raise ValueError(
-                f"CMPNN_TRITON_CONFIGS {part!r}: expected E,C,warps,stages,hints,prefetch"
-            )
-        out.append(vals)
-    if not out:
-        raise ValueError("CMPNN_TRITON_CONFIGS is empty")
-    return out
-
-
-def config_label(cfg: object) -> str:
-    """'E,C,warps,stages,hints,prefetch' of a triton.Config (the CMPNN_TRITON_CONFIGS syntax)."""
-    kw = cfg.kwargs
-    return (
-        f"{kw['BLOCK_E']},{kw['BLOCK_C']},{cfg.num_warps},{cfg.num_stages},"
-        f"{kw['HINTS']},{kw['PREFETCH']}"
-    )
-
-
-if os.environ.get("CMPNN_TRITON_CONFIGS"):
-    _SPACE = parse_space(os.environ["CMPNN_TRITON_CONFIGS"])
-if os.environ.get("CMPNN_TRITON_AUTOTUNE", "1") == "0":
-    _SPACE = _SPACE[:1]
-CONFIGS = [
-    triton.Config(
-        {"BLOCK_E": e, "BLOCK_C": c, "HINTS": h, "PREFETCH": pf}, num_warps=w, num_stages=st
-    )
-    for e, c, w, st, h, pf in _SPACE
-]
-_FLAGS = ["C", "NB", "BASIS", "HAS_MASK", "IDX64"]
-TUNED = (
-    {}
-    if INTERPRET
-    else {
-        "fwd": triton.autotune(CONFIGS, key=_FLAGS + ["DO_SUM", "DO_SQ", "DO_MAX", "DO_MIN"])(
-            fwd_kernel
-        ),
-        "bwd": triton.autotune(
-            CONFIGS, key=_FLAGS + ["HAS_GS", "HAS_GQ", "HAS_GMAX", "HAS_GMIN", "REL_GRAD"]
-        )(bwd_kernel),
-    }
-)
 KERNELS = {"fwd": fwd_kernel, "bwd": bwd_kernel}
-# One entry per autotuning run: {"kernel", "key", "best", "timings_ms": {config label: ms}};
-# benchmarks write it beside their results.
-TUNING_LOG: list[dict] = []

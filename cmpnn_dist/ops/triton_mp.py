@@ -28,12 +28,12 @@ from torch import Tensor
 
 from cmpnn_dist.graph import Graph
 from cmpnn_dist.ops import triton_kernels as K  # before any triton import: sets the interpreter
+from cmpnn_dist.ops.triton_tuning import launch as _launch
 
 triton, tl = K.triton, K.tl
 
 AGGREGATORS = ("sum", "sumsq", "max", "min")
 MAX_EDGES = 1024  # longest edge range one program walks (hub rows are split)
-PREFETCH = 1  # the interpreter's variant (tests flip it to cover both loop forms)
 _I32_MAX = 2**31 - 1
 
 
@@ -119,39 +119,6 @@ def prepare(graph: Graph, device: torch.device, max_edges: int = MAX_EDGES) -> d
 # ---------------------------------------------------------------- launches
 def _acc(dtype: torch.dtype) -> object:
     return tl.float64 if dtype == torch.float64 else tl.float32
-
-
-def _launch(name: str, n_items: int, c: int, nz: int, args: list, meta: dict):
-    """Launch with the autotuned variant on GPU or a fixed small tiling under the interpreter.
-
-    Grid (items, column tiles, nz): items vary fastest, so one column tile's programs run
-    together (the L2 working set, see triton_kernels).  A new autotuning run is appended to
-    ``K.TUNING_LOG``.
-    """
-    if K.INTERPRET:
-        block_c = min(triton.next_power_of_2(c), 32)
-        grid = (n_items, triton.cdiv(c, block_c), nz)
-        K.KERNELS[name][grid](*args, **meta, BLOCK_E=4, BLOCK_C=block_c, HINTS=1, PREFETCH=PREFETCH)
-        return
-    tuner = K.TUNED[name]
-    seen = set(tuner.cache)
-    tuner[lambda m: (n_items, triton.cdiv(c, m["BLOCK_C"]), nz)](*args, **meta)
-    for key in set(tuner.cache) - seen:
-        timings = getattr(tuner, "configs_timings", None) or {}
-        dtype = next(a.dtype for a in args if torch.is_tensor(a) and a.is_floating_point())
-        K.TUNING_LOG.append(
-            {
-                "kernel": name,
-                "dtype": str(dtype).replace("torch.", ""),
-                "flags": [k for k, v in meta.items() if v is True],
-                "key": [str(k) for k in key],
-                "best": K.config_label(tuner.cache[key]),
-                "timings_ms": {
-                    K.config_label(cfg): float(t[0] if isinstance(t, (list, tuple)) else t)
-                    for cfg, t in timings.items()
-                },
-            }
-        )
 
 
 def _combine_sum(buf: Tensor, items: dict) -> Tensor:
