@@ -102,6 +102,7 @@ def prepare(graph: Graph, device: torch.device, max_edges: int = MAX_EDGES) -> d
         "src64": src,
         "rel64": rel,
         "indptr": indptr,
+        "in_degree": indptr.diff(),
         "items": _items(indptr, max_edges),
         "t_dst": dst[perm].to(i32),
         "t_rel": rel[perm].to(i32),
@@ -256,14 +257,11 @@ class _FusedPropagate(torch.autograd.Function):
         return gtab, gw, None, None, None
 
 
-def edge_degree(graph: Graph, edge_mask: Tensor | None, device: torch.device) -> Tensor:
-    """float [N]: number of kept in-edges per node."""
-    indptr = graph.indptr.to(device)
-    if edge_mask is None:
-        return indptr.diff().float()
-    cs = torch.zeros(edge_mask.numel() + 1, dtype=torch.long, device=device)
+def kept_in_degree(indptr: Tensor, edge_mask: Tensor) -> Tensor:
+    """int64 [N]: number of in-edges per node that ``edge_mask`` keeps (dst-sorted CSR)."""
+    cs = torch.zeros(edge_mask.numel() + 1, dtype=torch.long, device=edge_mask.device)
     cs[1:] = torch.cumsum(edge_mask.long(), 0)
-    return (cs[indptr[1:]] - cs[indptr[:-1]]).float()
+    return cs[indptr[1:]] - cs[indptr[:-1]]
 
 
 def propagate(
@@ -321,11 +319,6 @@ def propagate(
     if aggs:
         res = _FusedPropagate.apply(tab, w, prep, keep, spec)
         out = {a: t.view(n, b, d) for a, t in zip(aggs, res, strict=True)}
-    if edge_mask is None:  # the full in-degree, once per graph and dtype
-        key = ("degree", x.dtype)
-        if key not in prep:
-            prep[key] = edge_degree(graph, None, x.device).to(x.dtype)
-        out["degree"] = prep[key]
-    else:
-        out["degree"] = edge_degree(graph, edge_mask, x.device).to(x.dtype)
+    deg = prep["in_degree"] if keep is None else kept_in_degree(prep["indptr"], keep)
+    out["degree"] = deg.to(x.dtype)
     return out
