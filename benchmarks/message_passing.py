@@ -199,11 +199,14 @@ def measure(impl: str, case: tuple, graph: Graph, args: argparse.Namespace, floo
     return res
 
 
-def write(results: dict, out: Path) -> None:
-    tag = results["device_tag"]
+def save_results(out: Path, stem: str, result: dict, markdown: str | None = None) -> None:
+    """Write ``out/stem.json`` (and ``.md``) through a temp name, so no half-written file."""
     out.mkdir(parents=True, exist_ok=True)
-    for suffix, text in ((".json", json.dumps(results, indent=1)), (".md", to_markdown(results))):
-        path = out / f"message_passing_{tag}{suffix}"
+    texts = {".json": json.dumps(result, indent=1)}
+    if markdown is not None:
+        texts[".md"] = markdown
+    for suffix, text in texts.items():
+        path = out / f"{stem}{suffix}"
         tmp = path.with_suffix(suffix + ".tmp")
         tmp.write_text(text)
         os.replace(tmp, path)
@@ -295,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     floor = sparse_layer(graph, args.device)
     if args.device == "cuda":
+        from cmpnn_dist.ops import triton_tuning
+
+        results["tuning_log"] = triton_tuning.TUNING_LOG  # grows as the fused kernels tune
         results["copy_tb_per_s"] = copy_bandwidth()
         print(f"device-to-device copy: {results['copy_tb_per_s']:.2f} TB/s (read + write)")
     for case in CASES:
@@ -318,12 +324,8 @@ def main(argv: list[str] | None = None) -> int:
                 torch.cuda.empty_cache()
             rows.append(row)
             print(case[0], json.dumps(row), flush=True)
-        write(results, Path(args.out))
-        if args.device == "cuda":
-            from cmpnn_dist.ops import triton_tuning
-
-            results["tuning_log"] = triton_tuning.TUNING_LOG
-            write(results, Path(args.out))
+        stem = f"message_passing_{results['device_tag']}"
+        save_results(Path(args.out), stem, results, to_markdown(results))
     print(to_markdown(results))
     return 0
 

@@ -12,7 +12,6 @@ wall time and the kernels' sum is what the op spends outside the Triton kernels.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -23,7 +22,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from message_passing import load_graph, make_inputs  # noqa: E402
+from message_passing import load_graph, make_inputs, save_results  # noqa: E402
 
 
 def wall_ms(fn, reps: int) -> float:
@@ -125,13 +124,8 @@ def main() -> int:
             for r in k["kernels"][:8]:
                 print(f"    {r['ms']:.3f} ms  x{r['calls']}  {r['name']}")
         result["cases"][dtype_name] = case
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     tag = card.replace("NVIDIA ", "").split()[0].lower()
-    path = out / f"profile_fused_{tag}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1))
-    os.replace(tmp, path)
+    save_results(Path(args.out), f"profile_fused_{tag}", result)
     return 0
 
 

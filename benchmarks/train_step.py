@@ -39,7 +39,7 @@ from cmpnn_dist.training.loss import self_adversarial_bce
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from message_passing import N_REL, RssPeak, load_graph  # noqa: E402
+from message_passing import N_REL, RssPeak, load_graph, save_results  # noqa: E402
 
 
 def small_graph() -> Graph:
@@ -191,7 +191,6 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("CMPNN_TRITON_CONFIGS"):  # the fused kernels' tuning space, if cut
         result["triton_configs"] = os.environ["CMPNN_TRITON_CONFIGS"]
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     for agg in args.aggregates:
         rows = result["results"].setdefault(agg, [])
         for impl in args.impls:
@@ -207,12 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             print(agg, json.dumps(row), flush=True)
             if args.device == "cuda":
                 torch.cuda.empty_cache()
-            for suffix, text in ((".json", json.dumps(result, indent=1)),
-                                 (".md", to_markdown(result))):  # fmt: skip
-                path = out / f"train_step_{tag}{suffix}"
-                tmp = path.with_suffix(suffix + ".tmp")
-                tmp.write_text(text)
-                os.replace(tmp, path)
+            save_results(out, f"train_step_{tag}", result, to_markdown(result))
     print(to_markdown(result))
     return 0
 
