@@ -2,9 +2,11 @@
 # GPU checks for the fused Triton message passing (issue 5), one short script for a device run:
 #   1. tests/test_ops_fused.py on CUDA (float64 parity + gradcheck on the compiled kernels,
 #      and the @gpu float32-hub / bfloat16 checks), first tiling only (no autotune: compiles),
-#      then the parity / GPU tests again with a column-tiled, hinted, no-prefetch tiling;
+#      then the parity / GPU tests again with a column-tiled, hinted, software-pipelined
+#      (stages 3), no-prefetch tiling;
 #   2. benchmarks/message_passing.py --device cuda: reference, fused (autotuned over the whole
-#      space in cmpnn_dist/ops/triton_kernels.py, every config's time kept in the tuning log)
+#      space in cmpnn_dist/ops/triton_tuning.py plus its opt-in software-pipelined configs,
+#      CMPNN_TRITON_PIPELINE=1; every config's time kept in the tuning log)
 #      and the torch.sparse floor, plus the device's copy bandwidth;
 #   3. benchmarks/profile_fused.py: wall vs GPU time vs CUDA-graph replay vs the profiler's
 #      kernels for MSG 1 sum (where the op's time goes beyond the Triton kernels);
@@ -16,6 +18,7 @@ OUT=${OUT:-/tmp/gpu_check}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export TRITON_DEFAULT_FP_FUSION=1
+export CMPNN_TRITON_PIPELINE=1  # the pipelined (stages 2 - 3) configs join the tuning space
 {
   python -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())"
   nvidia-smi

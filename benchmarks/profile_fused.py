@@ -6,6 +6,11 @@ span of the same call between two CUDA events, the same call replayed from a CUD
 Python or launch overhead), and the profiler's per-kernel device time.  The gap between the
 wall time and the kernels' sum is what the op spends outside the Triton kernels.
 
+The host side of that gap: ``host_ms``, how long the call takes to return (the GPU runs
+behind it; the queue is drained before and after, outside the timing), the host time of each
+Triton launch (``triton_tuning.launch``, autotuner + JIT dispatch + driver call) and, for scale,
+of one small torch op on the same machine.
+
     python benchmarks/profile_fused.py --out DIR      # writes DIR/profile_fused_<card>.json
 """
 
@@ -49,6 +54,51 @@ def event_ms(fn, reps: int) -> float:
     return statistics.median(times)
 
 
+def host_ms(fn, reps: int) -> float:
+    """Median ms until fn() returns, the device idle before each call (not waited for after)."""
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+def launch_host_us(fn, reps: int) -> dict[str, float]:
+    """Median host microseconds per Triton launch inside fn(), keyed by kernel name."""
+    from cmpnn_dist.ops import triton_mp
+
+    launch, spent = triton_mp._launch, {}
+
+    def timed_launch(name: str, *args, **kwargs) -> None:
+        t0 = time.perf_counter()
+        launch(name, *args, **kwargs)
+        spent.setdefault(name, []).append((time.perf_counter() - t0) * 1e6)
+
+    triton_mp._launch = timed_launch
+    try:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    finally:
+        triton_mp._launch = launch
+    return {name: statistics.median(v) for name, v in spent.items()}
+
+
+def torch_op_host_us(reps: int = 200) -> float:
+    """Median host microseconds of one small elementwise CUDA op (the cost of any launch)."""
+    t = torch.zeros(1024, device="cuda")
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        t.add_(1.0)
+        times.append((time.perf_counter() - t0) * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
 def graph_ms(fn, reps: int) -> float:
     """Median ms of fn replayed from a CUDA graph (captured after warm-up)."""
     s = torch.cuda.Stream()
@@ -71,7 +121,11 @@ def kernel_table(fn, reps: int) -> list[dict]:
         torch.cuda.synchronize()
     rows = []
     for ev in prof.key_averages():
-        if "CUDA" not in str(getattr(ev, "device_type", "")):  # host ops would count twice
+        # device rows only; GPU user annotations (an op's range on the GPU timeline, named
+        # like the op) would count their kernels twice
+        if "CUDA" not in str(getattr(ev, "device_type", "")) or getattr(
+            ev, "is_user_annotation", False
+        ):
             continue
         dev_us = getattr(ev, "self_device_time_total", None)
         if dev_us is None:
@@ -93,6 +147,7 @@ def main() -> int:
     card = torch.cuda.get_device_name()
     result = {"device": card, "torch": torch.__version__, "cases": {}}
     result["triton_configs"] = os.environ.get("CMPNN_TRITON_CONFIGS", "default space")
+    result["torch_op_host_us"] = torch_op_host_us()
     for dtype_name in ("float32", "bfloat16"):
         x, message, rel, leaves = make_inputs(
             "mul1", graph, 8, 32, getattr(torch, dtype_name), "cuda"
@@ -111,6 +166,8 @@ def main() -> int:
             case[name] = {
                 "wall_ms": wall_ms(fn, args.reps),
                 "events_ms": event_ms(fn, args.reps),
+                "host_ms": host_ms(fn, args.reps),
+                "launch_host_us": launch_host_us(fn, args.reps),
                 "kernels": kernel_table(fn, 5),
             }
             try:
@@ -119,11 +176,14 @@ def main() -> int:
                 case[name]["cuda_graph_ms"] = f"{type(exc).__name__}: {str(exc)[:150]}"
             k = case[name]
             ksum = sum(r["ms"] for r in k["kernels"])
+            launches = ", ".join(f"{n} {us:.0f} us" for n, us in k["launch_host_us"].items())
             print(f"{dtype_name} {name}: wall {k['wall_ms']:.3f} ms, events {k['events_ms']:.3f}, "
-                  f"cuda graph {k['cuda_graph_ms']}, kernels sum {ksum:.3f}")  # fmt: skip
+                  f"cuda graph {k['cuda_graph_ms']}, kernels sum {ksum:.3f}, host (call "
+                  f"returns) {k['host_ms']:.3f}; Triton launch host time: {launches}")  # fmt: skip
             for r in k["kernels"][:8]:
                 print(f"    {r['ms']:.3f} ms  x{r['calls']}  {r['name']}")
         result["cases"][dtype_name] = case
+    print(f"one small torch op: {result['torch_op_host_us']:.1f} us of host time")
     tag = card.replace("NVIDIA ", "").split()[0].lower()
     save_results(Path(args.out), f"profile_fused_{tag}", result)
     return 0

@@ -6,7 +6,10 @@ when no CUDA device is present), so graphs are tiny; GPU-only checks are marked 
 
 from __future__ import annotations
 
+import ast
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -82,9 +85,12 @@ def test_forward_and_grad_parity(
     if masked:
         mask = torch.rand(graph.num_edges, generator=torch.Generator().manual_seed(3)) > 0.25
         mask = mask.to(DEV)
-    # max_edges=4 splits the hub (and other rows) into several work items
+    # max_edges=10 splits the hub into two work items; items of 9 - 10 edges take three
+    # steps of the interpreter's 4 rows, so every loop form carries state across steps
+    items = fused._items(graph.indptr, 10)
+    assert items["extra_rows"].numel() > 0 and int((items["end"] - items["start"]).max()) > 8
     got = fused.propagate(
-        graph, x, relation, message=message, aggregators=AGGS, edge_mask=mask, max_edges=4
+        graph, x, relation, message=message, aggregators=AGGS, edge_mask=mask, max_edges=10
     )
     want = naive.propagate(graph, x, relation, message=message, aggregators=AGGS, edge_mask=mask)
     assert set(got) == set(want) == {*AGGS, "degree"}
@@ -226,6 +232,105 @@ def test_tuning_space_syntax() -> None:
         tuning.parse_space("16,64,4,3,1")
     with pytest.raises(ValueError, match="empty"):
         tuning.parse_space(" ; ")
+
+
+def test_pipelined_configs_are_opt_in() -> None:
+    """The default space is the plain loop (stages 1); CMPNN_TRITON_PIPELINE=1 appends the
+    software-pipelined tilings (stages > 1), which CMPNN_TRITON_CONFIGS still overrides."""
+    code = "from cmpnn_dist.ops import triton_tuning as t; print(t._SPACE)"
+
+    def space(**env: str) -> list:
+        out = subprocess.run(
+            [sys.executable, "-c", code], env={**os.environ, **env},
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        return ast.literal_eval(out.strip().splitlines()[-1])
+
+    env = {"CMPNN_TRITON_PIPELINE": "0", "CMPNN_TRITON_CONFIGS": "", "TRITON_INTERPRET": "1"}
+    default = space(**env)
+    assert default and all(cfg[3] == 1 for cfg in default)
+    assert all(cfg[3] > 1 for cfg in tuning.PIPELINED)
+    assert space(**{**env, "CMPNN_TRITON_PIPELINE": "1"}) == default + tuning.PIPELINED
+    pinned = {**env, "CMPNN_TRITON_PIPELINE": "1", "CMPNN_TRITON_CONFIGS": "8,64,2,3,0,0"}
+    assert space(**pinned) == [(8, 64, 2, 3, 0, 0)]
+
+
+# aten ops that wait for the device (a device -> host read) or copy host data to the device
+# (a Python scalar or list turned into a tensor): either stalls the host queue on CUDA and makes
+# the op impossible to capture in a CUDA graph
+HOST_SYNC_OPS = {
+    "aten._local_scalar_dense.default",  # .item(), int(t), bool(t)
+    "aten.is_nonzero.default",
+    "aten.equal.default",
+    "aten.nonzero.default",
+    "aten.masked_select.default",
+    "aten._unique2.default",
+    "aten.unique_dim.default",
+    "aten.unique_consecutive.default",
+    "aten.repeat_interleave.Tensor",  # output size read from the device
+    "aten.lift_fresh.default",  # torch.tensor(python data)
+    "aten.lift_fresh_copy.default",
+}
+
+
+class _OpLog(torch.utils._python_dispatch.TorchDispatchMode):
+    """Every aten op dispatched while active, except inside the Triton launches (the CPU
+    interpreter moves tensors around itself; on CUDA a launch is one driver call)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+        self.paused = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        if not self.paused:
+            name = str(func)
+            bool_index = name.startswith(("aten.index.", "aten.index_put")) and any(
+                t is not None and t.dtype == torch.bool for t in args[1]
+            )
+            self.ops.append(name + (" (bool index)" if bool_index else ""))
+        return func(*args, **(kwargs or {}))
+
+
+def _host_syncs(fn, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    log = _OpLog()
+    launch = fused._launch
+
+    def scoped(*args, **kwargs) -> None:  # noqa: ANN002, ANN003 - calls the real launch
+        log.paused += 1
+        try:
+            launch(*args, **kwargs)
+        finally:
+            log.paused -= 1
+
+    monkeypatch.setattr(fused, "_launch", scoped)
+    with log:
+        fn()
+    return [op for op in log.ops if op in HOST_SYNC_OPS or op.endswith("(bool index)")]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_no_host_sync_in_forward_backward(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the graph is prepared, fused forward + backward (split hub rows, masked edges, every
+    statistic) issue no op that waits for the device or copies host data to it: on CUDA the
+    host runs ahead of the kernels and the op can be captured in a CUDA graph."""
+    g = random_graph(40, 3, 200, seed=3, hub_facts=30).to(DEV)
+    x = torch.randn(g.num_nodes, 2, 4, device=DEV, requires_grad=True)
+    message, relation = make_relation(kind, g, 2, 4, torch.float32)
+    mask = torch.rand(g.num_edges, device=DEV) > 0.2
+    kw = dict(message=message, aggregators=AGGS, edge_mask=mask, max_edges=8)
+    fused.prepare(g, x.device, 8)  # builds the cached edge orders (syncs allowed here)
+
+    def step() -> None:
+        out = fused.propagate(g, x, relation, **kw)
+        torch.autograd.grad(sum(out[a].sum() for a in AGGS), params(x, relation))
+
+    assert _host_syncs(step, monkeypatch) == []
+    # the check itself catches a sync and a host -> device copy
+    caught = _host_syncs(
+        lambda: (float(x.detach().sum()), torch.tensor([1.0]).to(DEV)), monkeypatch
+    )
+    assert caught == ["aten._local_scalar_dense.default", "aten.lift_fresh.default"]
 
 
 # ------------------------------------------------------------------ GPU only

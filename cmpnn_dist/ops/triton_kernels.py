@@ -24,9 +24,13 @@ together and ``BLOCK_C`` < C shrinks the gathered slice in flight; ``HINTS`` loa
 streams ``evict_first`` and gathered rows ``evict_last``; ``PREFETCH`` loads the next chunk's
 indices before this chunk's gathers.  On an H200 the kernels behaved latency-bound rather than
 bandwidth-bound (bfloat16 no faster than float32 before tuning): small steps (2 - 16 rows), few
-warps and full rows won, and column tiles only for the relation gradient.  The space and
-launch live in :mod:`cmpnn_dist.ops.triton_tuning`; measurements in
-``benchmarks/results/fused_kernels_h200.md``.
+warps and full rows won, and column tiles only for the relation gradient.  ``STAGES`` > 1
+hands the edge loop to Triton's software pipeliner (``tl.range(num_stages=STAGES)``), which
+issues the next steps' index loads and row gathers as asynchronous copies to shared memory
+while the current step computes.  (A hand-written two-deep register pipeline was tried first:
+ptxas sank the next step's loads below this step's multiply-adds to reuse their registers, so
+the SASS kept no more loads in flight than before.)  The space and launch live in
+:mod:`cmpnn_dist.ops.triton_tuning`; measurements in ``benchmarks/results/fused_kernels_h200.md``.
 
 Kernels are defined under ``TRITON_INTERPRET=1`` when no CUDA device is present, so the same
 code runs (slowly) on CPU for the tests.
@@ -133,6 +137,7 @@ def fwd_kernel(
     BLOCK_C: tl.constexpr,
     HINTS: tl.constexpr,
     PREFETCH: tl.constexpr,
+    STAGES: tl.constexpr,
 ):
     """One destination item x column tile: sum, sum of squares, max / min (+ arg edge ids).
 
@@ -157,7 +162,7 @@ def fwd_kernel(
     arg_mn = tl.full((BLOCK_E, BLOCK_C), -1, dtype=tl.int32)
     eids = start + tl.arange(0, BLOCK_E)
     s, r, emask = _fwd_edges(src_ptr, rel_ptr, keep_ptr, eids, end, HAS_MASK, IDX_EVICT)
-    for _ in range(start, end, BLOCK_E):
+    for _ in tl.range(start, end, BLOCK_E, num_stages=STAGES):
         if PREFETCH:
             s_n, r_n, emask_n = _fwd_edges(
                 src_ptr, rel_ptr, keep_ptr, eids + BLOCK_E, end, HAS_MASK, IDX_EVICT
@@ -225,8 +230,8 @@ def _bwd_edges(
     orig = eids
     if NEED_ORIG:
         orig = tl.load(eid_ptr + eids, mask=emask, other=0, eviction_policy=EVICT)
-    if HAS_MASK:
-        emask = emask & (tl.load(keep_ptr + orig, mask=emask, other=0) != 0)
+    if HAS_MASK:  # the keep mask permuted into this order: no load through ``orig``
+        emask = emask & (tl.load(keep_ptr + eids, mask=emask, other=0, eviction_policy=EVICT) != 0)
     v = tl.load(other_ptr + eids, mask=emask, other=0, eviction_policy=EVICT)
     if REL_GRAD:  # item = a segment of relation `row`
         s = tl.load(gsrc_ptr + eids, mask=emask, other=0, eviction_policy=EVICT)
@@ -272,6 +277,7 @@ def bwd_kernel(
     BLOCK_C: tl.constexpr,
     HINTS: tl.constexpr,
     PREFETCH: tl.constexpr,
+    STAGES: tl.constexpr,
 ):
     """Backward of all four statistics, no atomics (PREFETCH as in :func:`fwd_kernel`).
 
@@ -287,7 +293,8 @@ def bwd_kernel(
 
     ``it_row`` is the item's source node (input gradient) or relation (relation gradient);
     ``gsrc_ptr`` the source of each edge (relation gradient only), ``other_ptr`` its
-    destination, ``eid_ptr`` its destination-sorted edge id (keep-mask and arg tests).
+    destination, ``eid_ptr`` its destination-sorted edge id (arg tests), ``keep_ptr``
+    the keep mask in the item order (``keep[eid]``).
     Grid: (items, column tiles, nb or 1).
     """
     IDX_EVICT: tl.constexpr = "evict_first" if HINTS else ""
@@ -301,13 +308,13 @@ def bwd_kernel(
     slot = tl.load(it_slot + item).to(tl.int64)
     row = tl.load(it_row + item)
     acc = tl.zeros((BLOCK_E, BLOCK_C), dtype=ACC)
-    NEED_ORIG: tl.constexpr = HAS_MASK or HAS_GMAX or HAS_GMIN
+    NEED_ORIG: tl.constexpr = HAS_GMAX or HAS_GMIN
     eids = start + tl.arange(0, BLOCK_E)
     orig, v, s, r, emask = _bwd_edges(
         gsrc_ptr, other_ptr, rel_ptr, eid_ptr, keep_ptr, eids, end, row,
         HAS_MASK, NEED_ORIG, REL_GRAD, IDX_EVICT,
     )  # fmt: skip
-    for _ in range(start, end, BLOCK_E):
+    for _ in tl.range(start, end, BLOCK_E, num_stages=STAGES):
         if PREFETCH:
             orig_n, v_n, s_n, r_n, emask_n = _bwd_edges(
                 gsrc_ptr, other_ptr, rel_ptr, eid_ptr, keep_ptr, eids + BLOCK_E, end, row,

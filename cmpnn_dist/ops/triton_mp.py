@@ -11,10 +11,11 @@ Backward (all statistics in one kernel per gradient): the input gradient runs ov
 source-sorted (transposed) CSR and the relation gradient over single-relation edge segments
 (edges sorted by relation, each relation cut into segments of at most ``max_edges``), both
 reductions without atomics; the per-segment partials [segments, C] are then summed per
-relation with ``index_add_`` on that small tensor.  Max / min gradients flow only through the
-edge whose id equals the stored arg of its destination (tested per edge in the same kernels):
-among exactly tied edges that is the smallest edge id, where the other implementations share
-the gradient evenly (see :mod:`cmpnn_dist.ops`).
+relation with ``index_add_`` on that small tensor; an edge mask is permuted into each
+backward order first, so the kernels read it by position.  Max / min gradients flow only
+through the edge whose id equals the stored arg of its destination (tested per edge in the
+same kernels): among exactly tied edges that is the smallest edge id, where the other
+implementations share the gradient evenly (see :mod:`cmpnn_dist.ops`).
 ``basis`` first computes the per-basis transforms ``y[n, k] = bases[k] x[n]`` in torch
 ([N, nb, B, d]); the kernels then gather ``y`` with the coefficient-weighted sum
 ``m_e = sum_k coef[r_e, k] y[s_e, k]``.  The transposed / relation-sorted edge orders and the
@@ -154,6 +155,12 @@ def _combine_ext(buf: Tensor, arg: Tensor, items: dict, largest: bool) -> tuple[
     return out, aout
 
 
+def _permuted(keep: Tensor | None, order: Tensor, prep: dict) -> Tensor:
+    """The keep mask in a backward edge order (``keep[order]``), so the kernels read it by
+    position instead of through the edge id; an int32 placeholder when nothing is masked."""
+    return prep["src"] if keep is None else keep[order]
+
+
 class _FusedPropagate(torch.autograd.Function):
     """tab [N, nb, C] (x or y), w ([R2, C] relation table or [R2, nb] coef) -> requested stats."""
 
@@ -227,7 +234,7 @@ class _FusedPropagate(torch.autograd.Function):
             IDX64=spec["idx64"],
             ACC=_acc(tab.dtype),
         )
-        tail = [keep if keep is not None else prep["src"], tab, w]
+        tail = [tab, w]
         tail += [grad.get(a) if grad.get(a) is not None else dummy for a in ("sum", "sumsq")]
         for a in ("max", "min"):
             tail += [args_of.get(a, idummy), grad.get(a) if grad.get(a) is not None else dummy]
@@ -238,7 +245,8 @@ class _FusedPropagate(torch.autograd.Function):
                 it = prep["t_items"]
                 buf = tab.new_empty((it["slots"], nb, c))
                 args = [it["row"], it["start"], it["end"], it["slot"], prep["src"]]
-                args += [prep["t_dst"], prep["t_rel"], prep["t_eid"], *tail, buf, *dims]
+                args += [prep["t_dst"], prep["t_rel"], prep["t_eid"]]
+                args += [_permuted(keep, prep["t_eid"], prep), *tail, buf, *dims]
                 _launch("bwd", it["num"], c, nb, args, dict(meta, REL_GRAD=False))
                 gtab = _combine_sum(buf, it)
             else:
@@ -249,7 +257,8 @@ class _FusedPropagate(torch.autograd.Function):
             if any_grad:
                 part = tab.new_empty((it["slots"], nb, c), dtype=w.dtype)
                 args = [it["row"], it["start"], it["end"], it["slot"], prep["r_src"]]
-                args += [prep["r_dst"], prep["rel"], prep["r_eid"], *tail, part, *dims]
+                args += [prep["r_dst"], prep["rel"], prep["r_eid"]]
+                args += [_permuted(keep, prep["r_eid"], prep), *tail, part, *dims]
                 _launch("bwd", it["num"], c, nb, args, dict(meta, REL_GRAD=True))
                 gw_rows.index_add_(0, it["row"].long(), part)
             # basis: coef [R2, nb]; mul: the [R2, C] relation table
