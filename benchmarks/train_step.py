@@ -40,6 +40,7 @@ from cmpnn_dist.training.loss import self_adversarial_bce
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from message_passing import N_REL, RssPeak, load_graph, save_results  # noqa: E402
+from profile_fused import kernel_table  # noqa: E402
 
 
 def small_graph() -> Graph:
@@ -103,6 +104,10 @@ def measure(graph: Graph, aggregate: str, impl: str, args: argparse.Namespace) -
         step()
         sync("cuda")
         row["peak_gb"] = (torch.cuda.max_memory_allocated() - base) / 1e9
+        # how much of the step the GPU spends in kernels (the rest: host launch latency)
+        kernels = kernel_table(step, 2)
+        row["kernel_ms_per_step"] = sum(k["ms"] for k in kernels)
+        row["top_kernels"] = kernels[:8]
     else:
         with RssPeak() as p:
             step()
@@ -148,8 +153,11 @@ def to_markdown(r: dict) -> str:
                 lines.append(f"| {agg} | {x['impl']} | - | - | - | - | {x['error']} |")
                 continue
             ratio = f"{ref['step_s'] / x['step_s']:.2f}x" if ref else "-"
+            note = ""
+            if "kernel_ms_per_step" in x:  # CUDA: the step's share spent in GPU kernels
+                note = f"GPU kernels {x['kernel_ms_per_step'] / 1e3:.3f} s of the step"
             lines.append(f"| {agg} | {x['impl']} | {x['step_s']:.3f} | {x['queries_per_s']:.3g} "
-                         f"| {x['peak_gb']:.2f} | {ratio} |  |")  # fmt: skip
+                         f"| {x['peak_gb']:.2f} | {ratio} | {note} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
