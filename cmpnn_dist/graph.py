@@ -65,35 +65,44 @@ class Graph:
         )
 
     # ------------------------------------------------------------------ lookups
-    def _edge_keys(self) -> Tensor:
-        """Sorted int64 keys ``(src * R + rel) * N + dst`` and the edge ids in that order."""
-        if "keys" not in self._cache:
-            keys = (self.src * self.num_relations + self.rel) * self.num_nodes + self.dst()
+    def _sorted_keys(self, kind: str) -> tuple[Tensor, Tensor, int]:
+        """Sorted int64 edge keys, the edge ids in that order and the longest run of equal keys
+        (parallel edges), cached.  ``kind``: ``triple`` ``(src * R + rel) * N + dst`` or
+        ``pair`` ``src * N + dst`` (any relation)."""
+        if kind not in self._cache:
+            n = self.num_nodes
+            if kind == "triple":
+                keys = (self.src * self.num_relations + self.rel) * n + self.dst()
+            else:
+                keys = self.src * n + self.dst()
             sorted_keys, order = torch.sort(keys)
-            self._cache["keys"] = (sorted_keys, order)
-        return self._cache["keys"]
+            runs = torch.unique_consecutive(sorted_keys, return_counts=True)[1]
+            longest = int(runs.max()) if runs.numel() else 0
+            self._cache[kind] = (sorted_keys, order, longest)
+        return self._cache[kind]
 
     def find_edges(self, src: Tensor, rel: Tensor, dst: Tensor) -> Tensor:
         """Edge ids of every stored edge ``src -rel-> dst`` (parallel edges all returned).
 
         Args: int64 tensors of equal shape [K].  Returns: int64 [M] edge ids (M >= 0).
         """
-        sorted_keys, order = self._edge_keys()
+        sorted_keys, order, _ = self._sorted_keys("triple")
         return _lookup(sorted_keys, order, (src * self.num_relations + rel) * self.num_nodes + dst)
 
     def find_pair_edges(self, a: Tensor, b: Tensor) -> Tensor:
         """Edge ids of every edge between ``a[i]`` and ``b[i]``, either direction, any relation."""
-        if "pair_keys" not in self._cache:
-            keys = self.src * self.num_nodes + self.dst()
-            self._cache["pair_keys"] = torch.sort(keys)
-        sorted_keys, order = self._cache["pair_keys"]
-        query = torch.cat([a * self.num_nodes + b, b * self.num_nodes + a])
-        return _lookup(sorted_keys, order, query)
+        sorted_keys, order, _ = self._sorted_keys("pair")
+        return _lookup(sorted_keys, order, self._pair_queries(a, b))
+
+    def _pair_queries(self, a: Tensor, b: Tensor) -> Tensor:
+        return torch.cat([a * self.num_nodes + b, b * self.num_nodes + a])
 
     def query_edge_mask(
         self, triples: Tensor, mode: str = "query", negatives: Tensor | None = None
     ) -> Tensor | None:
         """Boolean keep-mask [|E|] that removes the edges connecting each query pair.
+
+        Built without reading anything back from the device (no host sync on CUDA).
 
         Args:
             triples: int64 [B, 3] facts ``(h, r, t)`` with ``r < num_relations // 2``
@@ -109,31 +118,49 @@ class Graph:
         if mode == "none":
             return None
         h, r, t = triples[:, 0], triples[:, 1], triples[:, 2]
+        n = self.num_nodes
         if mode == "query":
             half = self.num_relations // 2
             r_fwd = torch.where(r >= half, r - half, r)
             h_fwd = torch.where(r >= half, t, h)
             t_fwd = torch.where(r >= half, h, t)
-            ids = torch.cat(
-                [
-                    self.find_edges(h_fwd, r_fwd, t_fwd),
-                    self.find_edges(t_fwd, r_fwd + half, h_fwd),
-                ]
+            r2 = self.num_relations
+            query = torch.cat(
+                [(h_fwd * r2 + r_fwd) * n + t_fwd, (t_fwd * r2 + r_fwd + half) * n + h_fwd]
             )
+            kind = "triple"
         elif mode == "one_hop":
-            ids = self.find_pair_edges(h, t)
+            query, kind = self._pair_queries(h, t), "pair"
         elif mode == "candidates":
             if negatives is None or negatives.shape[0] != triples.shape[0]:
                 raise ValueError("query_edge_mask(mode='candidates') needs negatives [B, k]")
             cand = torch.cat([t.unsqueeze(1), negatives], dim=1)  # [B, 1 + k]
-            ids = self.find_pair_edges(h.unsqueeze(1).expand_as(cand).reshape(-1), cand.reshape(-1))
+            query = self._pair_queries(h.unsqueeze(1).expand_as(cand).reshape(-1), cand.reshape(-1))
+            kind = "pair"
         else:
             raise ValueError(
                 f"unknown query-edge removal mode {mode!r} (none | query | one_hop | candidates)"
             )
-        mask = torch.ones(self.num_edges, dtype=torch.bool, device=self.src.device)
-        mask[ids] = False
-        return mask
+        return _keep_mask(*self._sorted_keys(kind), query)
+
+
+def _keep_mask(sorted_keys: Tensor, order: Tensor, longest: int, query: Tensor) -> Tensor:
+    """bool [|E|]: False at every edge whose key equals a key in ``query``, True elsewhere.
+
+    Each query key matches a run ``lo:hi`` of at most ``longest`` sorted keys, so the matches
+    are the [Q, longest] grid ``lo + j`` cut at ``hi``; cells past ``hi`` write to a spare
+    slot |E| instead of being filtered out (a filter would read a count back to the host).
+    """
+    num_edges = order.numel()
+    mask = torch.ones(num_edges + 1, dtype=torch.bool, device=order.device)
+    if longest and query.numel():
+        lo = torch.searchsorted(sorted_keys, query, right=False)
+        hi = torch.searchsorted(sorted_keys, query, right=True)
+        pos = lo[:, None] + torch.arange(longest, device=lo.device)  # [Q, longest]
+        hit = pos < hi[:, None]
+        ids = torch.where(hit, order[pos.clamp(max=num_edges - 1)], num_edges)
+        mask.index_fill_(0, ids.reshape(-1), False)
+    return mask[:num_edges]
 
 
 def _lookup(sorted_keys: Tensor, order: Tensor, query: Tensor) -> Tensor:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _host_sync import host_syncs
 
-from cmpnn_dist.graph import graph_from_triples
+from cmpnn_dist.graph import Graph, graph_from_triples
 
 NUM_NODES, NUM_REL = 12, 3
 
@@ -63,3 +64,44 @@ def test_candidates_without_negatives_and_unknown_mode_are_errors():
         graph.query_edge_mask(batch, "candidates")
     with pytest.raises(ValueError, match="unknown query-edge removal mode 'all'"):
         graph.query_edge_mask(batch, "all")
+
+
+def test_query_removes_the_fact_and_its_inverse_given_either_direction():
+    """Facts given forward or with the inverse relation id remove the same two edges; facts
+    stored twice (parallel copies) lose every copy."""
+    facts = dense_facts(2)
+    facts = np.concatenate([facts, facts[:3]])  # three facts stored twice
+    graph = graph_from_triples(NUM_NODES, NUM_REL, facts)
+    fwd = torch.from_numpy(facts[[0, 1, 9]])
+    inv = torch.stack([fwd[:, 2], fwd[:, 1] + NUM_REL, fwd[:, 0]], dim=1)
+    expect = set()
+    for h, r, t in fwd.tolist():
+        expect |= {(h, r, t), (t, r + NUM_REL, h)}
+    for batch in (fwd, inv):
+        mask = graph.query_edge_mask(batch, "query")
+        assert mask.shape == (graph.num_edges,) and mask.dtype == torch.bool
+        assert removed_edges(graph, mask) == expect
+        # facts 0 and 1 are stored twice: two copies each way; fact 9 once each way
+        assert int((~mask).sum()) == 4 + 4 + 2
+    # a fact that is not in the graph removes nothing
+    edges = set(all_edges(graph))
+    absent = next((h, 0, t) for h in range(NUM_NODES) for t in range(NUM_NODES)
+                  if (h, 0, t) not in edges and (t, NUM_REL, h) not in edges)  # fmt: skip
+    assert bool(graph.query_edge_mask(torch.tensor([absent]), "query").all())
+
+
+@pytest.mark.parametrize("mode", ["query", "one_hop", "candidates"])
+def test_mask_is_built_without_host_syncs(mode: str):
+    """Once the sorted keys are cached, building a mask reads nothing back from the device
+    (on CUDA the training step's host then never waits for the GPU before the forward)."""
+    graph = graph_from_triples(NUM_NODES, NUM_REL, dense_facts(3))
+    batch = torch.from_numpy(dense_facts(3)[[0, 5]])
+    negatives = torch.tensor([[1, 2], [3, 4]])
+    graph.query_edge_mask(batch, mode, negatives=negatives)  # builds the cached keys
+    assert host_syncs(lambda: graph.query_edge_mask(batch, mode, negatives=negatives)) == []
+
+
+def test_mask_of_a_graph_without_edges():
+    graph = Graph(3, 2, torch.zeros(4, dtype=torch.long), torch.zeros(0, dtype=torch.long),
+                  torch.zeros(0, dtype=torch.long))  # fmt: skip
+    assert graph.query_edge_mask(torch.tensor([[0, 0, 1]]), "query").shape == (0,)

@@ -20,6 +20,7 @@ if not torch.cuda.is_available():
 
 pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
+from _host_sync import OpLog, host_syncs  # noqa: E402
 
 from cmpnn_dist.graph import Graph, graph_from_triples  # noqa: E402
 from cmpnn_dist.ops import naive  # noqa: E402
@@ -255,45 +256,10 @@ def test_pipelined_configs_are_opt_in() -> None:
     assert space(**pinned) == [(8, 64, 2, 3, 0, 0)]
 
 
-# aten ops that wait for the device (a device -> host read) or copy host data to the device
-# (a Python scalar or list turned into a tensor): either stalls the host queue on CUDA and makes
-# the op impossible to capture in a CUDA graph
-HOST_SYNC_OPS = {
-    "aten._local_scalar_dense.default",  # .item(), int(t), bool(t)
-    "aten.is_nonzero.default",
-    "aten.equal.default",
-    "aten.nonzero.default",
-    "aten.masked_select.default",
-    "aten._unique2.default",
-    "aten.unique_dim.default",
-    "aten.unique_consecutive.default",
-    "aten.repeat_interleave.Tensor",  # output size read from the device
-    "aten.lift_fresh.default",  # torch.tensor(python data)
-    "aten.lift_fresh_copy.default",
-}
-
-
-class _OpLog(torch.utils._python_dispatch.TorchDispatchMode):
-    """Every aten op dispatched while active, except inside the Triton launches (the CPU
-    interpreter moves tensors around itself; on CUDA a launch is one driver call)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: list[str] = []
-        self.paused = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        if not self.paused:
-            name = str(func)
-            bool_index = name.startswith(("aten.index.", "aten.index_put")) and any(
-                t is not None and t.dtype == torch.bool for t in args[1]
-            )
-            self.ops.append(name + (" (bool index)" if bool_index else ""))
-        return func(*args, **(kwargs or {}))
-
-
 def _host_syncs(fn, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    log = _OpLog()
+    """host_syncs(fn), not looking inside the Triton launches (the CPU interpreter moves
+    tensors around itself; on CUDA a launch is one driver call)."""
+    log = OpLog()
     launch = fused._launch
 
     def scoped(*args, **kwargs) -> None:  # noqa: ANN002, ANN003 - calls the real launch
@@ -304,9 +270,7 @@ def _host_syncs(fn, monkeypatch: pytest.MonkeyPatch) -> list[str]:
             log.paused -= 1
 
     monkeypatch.setattr(fused, "_launch", scoped)
-    with log:
-        fn()
-    return [op for op in log.ops if op in HOST_SYNC_OPS or op.endswith("(bool index)")]
+    return host_syncs(fn, log)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -331,6 +295,34 @@ def test_no_host_sync_in_forward_backward(kind: str, monkeypatch: pytest.MonkeyP
         lambda: (float(x.detach().sum()), torch.tensor([1.0]).to(DEV)), monkeypatch
     )
     assert caught == ["aten._local_scalar_dense.default", "aten.lift_fresh.default"]
+
+
+@pytest.mark.parametrize(("aggregate", "message"), [("sum", 1), ("pna", 3)])
+def test_training_step_has_no_host_sync(
+    aggregate: str, message: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model around the kernels too: query-edge mask, C-MPNN forward (fused ops), loss and
+    backward issue no host sync, so on CUDA the host stays ahead of the GPU for the whole
+    step (the optimizer is left out: Adam reads its step count from a CPU tensor)."""
+    from cmpnn_dist.config import ModelConfig, OpsConfig
+    from cmpnn_dist.model import CMPNN
+    from cmpnn_dist.training.loss import self_adversarial_bce
+
+    g = random_graph(14, 3, 45, seed=1, hub_facts=12).to(DEV)
+    cfg = ModelConfig(aggregate=aggregate, message=message, num_layers=2, hidden_dim=4)
+    model = CMPNN(cfg, g.num_relations // 2, OpsConfig(impl="fused")).to(DEV)
+    triples = torch.tensor([[1, 0, 3], [2, 1, 4]], device=DEV)
+    negatives = torch.tensor([[5, 6, 7], [8, 9, 11]], device=DEV)
+
+    def step() -> None:
+        mask = g.query_edge_mask(triples, "candidates", negatives=negatives)
+        logits = model(g, triples[:, 0], triples[:, 1], mask)
+        pos = logits.gather(1, triples[:, 2:3]).squeeze(1)
+        loss = self_adversarial_bce(pos, logits.gather(1, negatives), 1.0)
+        torch.autograd.grad(loss, [p for p in model.parameters() if p.requires_grad])
+
+    step()  # builds the cached edge orders and keys
+    assert _host_syncs(step, monkeypatch) == []
 
 
 # ------------------------------------------------------------------ GPU only
