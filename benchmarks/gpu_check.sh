@@ -10,7 +10,8 @@
 #      and the torch.sparse floor, plus the device's copy bandwidth;
 #   3. benchmarks/profile_fused.py: wall vs GPU time vs CUDA-graph replay vs the profiler's
 #      kernels for MSG 1 sum (where the op's time goes beyond the Triton kernels);
-#   4. benchmarks/train_step.py --device cuda: a full 6-layer training step, reference vs fused;
+#   4. benchmarks/train_step.py --device cuda: a full 6-layer training step, reference vs fused
+#      vs fused replayed from one CUDA graph (the step without host latency);
 #   3 and 4 with the fused space cut to the configs that won step 2 most often.
 # Usage: OUT=/some/dir bash benchmarks/gpu_check.sh   (at most 8 files land in $OUT)
 set -u
@@ -54,7 +55,7 @@ CMPNN_TRITON_CONFIGS="$CONFIGS" timeout "${PROFILE_TIMEOUT:-90}" python benchmar
 echo "profile rc=$? in $(( $(date +%s) - t0 ))s"
 t0=$(date +%s)
 CMPNN_TRITON_CONFIGS="$CONFIGS" timeout "${STEP_TIMEOUT:-150}" python benchmarks/train_step.py \
-  --device cuda --reps 5 --impls reference fused --out "$OUT" >> "$OUT/logs.txt" 2>&1
+  --device cuda --reps 5 --impls reference fused fused+graph --out "$OUT" >> "$OUT/logs.txt" 2>&1
 echo "train_step rc=$? in $(( $(date +%s) - t0 ))s"
 grep '^|' "$OUT"/message_passing_cuda_*.md | grep -v -- '---' | cut -c1-150
 grep '^|' "$OUT"/train_step_cuda_*.md 2>/dev/null | cut -c1-150

@@ -14,8 +14,10 @@ the speed-up against ``reference`` measured in the same run.
 CPU runs the chunked ``reference`` (and ``scatter`` when torch-scatter is importable); the
 Triton ``fused`` kernels run on CUDA only (on CPU they would run in the slow interpreter) and
 ``naive`` materialises |E| x B x d messages per layer (about 10 GB each at B = 8, d = 32), so
-both are skipped on CPU with that reason.  ``--small`` uses a 2,000-node random graph to check
-the script itself.  Writes ``benchmarks/results/train_step_<device>.json`` and ``.md``.
+both are skipped on CPU with that reason.  ``fused+graph`` (CUDA) replays the whole fused step
+from one CUDA graph: the step without any host latency (see :func:`make_step`).  ``--small``
+uses a 2,000-node random graph to check the script itself.  Writes
+``benchmarks/results/train_step_<device>.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -51,33 +53,69 @@ def small_graph() -> Graph:
 
 
 def make_step(graph: Graph, aggregate: str, impl: str, args: argparse.Namespace):
-    """A closure running one training step; the model and optimizer live inside it."""
+    """A closure running one training step; the model and optimizer live inside it.
+
+    ``impl`` ``<ops impl>+graph`` (CUDA): the whole step -- mask, forward, loss, backward, Adam
+    -- is captured once in a CUDA graph (PyTorch's whole-network capture: warm-up on a side
+    stream, Adam with ``capturable=True``) and replayed with each batch copied into the
+    captured input tensors, so no Python or launch latency remains per step.
+    """
     torch.manual_seed(0)
+    ops_impl, graphed = impl.removesuffix("+graph"), impl.endswith("+graph")
     cfg = ModelConfig(aggregate=aggregate, num_layers=args.layers, hidden_dim=args.dim)
-    model = CMPNN(cfg, graph.num_relations // 2, OpsConfig(impl=impl)).to(args.device)
-    opt = torch.optim.Adam(model.parameters(), lr=5e-3)
+    model = CMPNN(cfg, graph.num_relations // 2, OpsConfig(impl=ops_impl)).to(args.device)
+    opt = torch.optim.Adam(model.parameters(), lr=5e-3, capturable=graphed)
     gen = torch.Generator().manual_seed(1)
     n, b, k = graph.num_nodes, args.batch, args.negatives
 
-    def step() -> float:
+    def batch() -> tuple[torch.Tensor, torch.Tensor]:
+        """Random (h, r, t) [B, 3] and negatives [B, k], on the CPU."""
         heads = torch.randint(0, n, (b,), generator=gen)
         rels = torch.randint(0, graph.num_relations, (b,), generator=gen)
         tails = torch.randint(0, n, (b,), generator=gen)
         negs = torch.randint(0, n, (b, k), generator=gen)
-        dev = args.device
-        heads, rels, tails, negs = heads.to(dev), rels.to(dev), tails.to(dev), negs.to(dev)
-        triples = torch.stack([heads, rels, tails], dim=1)
+        return torch.stack([heads, rels, tails], dim=1), negs
+
+    def body(triples: torch.Tensor, negs: torch.Tensor) -> torch.Tensor:
         mask = graph.query_edge_mask(triples, "query")
-        logits = model(graph, heads, rels, mask)  # [B, N]
+        logits = model(graph, triples[:, 0], triples[:, 1], mask)  # [B, N]
         loss = self_adversarial_bce(
-            logits.gather(1, tails[:, None]).squeeze(1), logits.gather(1, negs), 1.0
+            logits.gather(1, triples[:, 2:3]).squeeze(1), logits.gather(1, negs), 1.0
         )
-        opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        return float(loss)
+        return loss
 
-    return step
+    if not graphed:
+
+        def step() -> float:
+            triples, negs = (t.to(args.device) for t in batch())
+            opt.zero_grad(set_to_none=True)
+            return float(body(triples, negs))
+
+        return step
+
+    triples_in, negs_in = (t.to(args.device) for t in batch())
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up: Triton autotunes, cached edge orders are built
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            body(triples_in, negs_in)
+    torch.cuda.current_stream().wait_stream(side)
+    cuda_graph = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(cuda_graph):
+        loss_out = body(triples_in, negs_in)
+
+    def graphed_step() -> float:
+        triples, negs = batch()
+        triples_in.copy_(triples)
+        negs_in.copy_(negs)
+        cuda_graph.replay()
+        return float(loss_out)
+
+    return graphed_step
 
 
 def sync(dev: str) -> None:
@@ -86,6 +124,10 @@ def sync(dev: str) -> None:
 
 
 def measure(graph: Graph, aggregate: str, impl: str, args: argparse.Namespace) -> dict:
+    if args.device == "cuda":  # a captured step's memory is allocated at capture
+        torch.cuda.synchronize()
+        before_build = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
     step = make_step(graph, aggregate, impl, args)
     step()  # warm-up: Triton compiles / autotunes, cached CSR transposes are built
     sync(args.device)
@@ -98,7 +140,11 @@ def measure(graph: Graph, aggregate: str, impl: str, args: argparse.Namespace) -
         times.append(time.perf_counter() - t0)
     row = {"impl": impl, "step_s": statistics.median(times), "step_s_all": times}
     row["queries_per_s"] = args.batch / row["step_s"]
-    if args.device == "cuda":
+    if args.device == "cuda" and impl.endswith("+graph"):
+        # model, optimizer state and the graph's private pool, from before the build
+        row["peak_gb"] = (torch.cuda.max_memory_allocated() - before_build) / 1e9
+        row["peak_note"] = "includes model and optimizer state (allocated at capture)"
+    elif args.device == "cuda":
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
         step()
@@ -116,7 +162,9 @@ def measure(graph: Graph, aggregate: str, impl: str, args: argparse.Namespace) -
 
 
 def skip_reason(impl: str, dev: str, small: bool) -> str | None:
-    if dev != "cuda" and impl == "fused":
+    if dev != "cuda" and impl.endswith("+graph"):
+        return "skipped: CUDA graphs need a CUDA device"
+    if dev != "cuda" and impl.startswith("fused"):
         return "skipped: Triton runs only interpreted on CPU"
     if dev != "cuda" and impl == "naive" and not small:
         return "skipped: E x B x d messages, ~10 GB per layer"
@@ -156,6 +204,8 @@ def to_markdown(r: dict) -> str:
             note = ""
             if "kernel_ms_per_step" in x:  # CUDA: the step's share spent in GPU kernels
                 note = f"GPU kernels {x['kernel_ms_per_step'] / 1e3:.3f} s of the step"
+            if x["impl"].endswith("+graph"):
+                note = "whole step replayed from one CUDA graph; peak includes model + Adam"
             lines.append(f"| {agg} | {x['impl']} | {x['step_s']:.3f} | {x['queries_per_s']:.3g} "
                          f"| {x['peak_gb']:.2f} | {ratio} | {note} |")  # fmt: skip
     return "\n".join(lines) + "\n"
