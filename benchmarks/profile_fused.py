@@ -30,14 +30,18 @@ sys.path.insert(0, str(HERE))
 from message_passing import load_graph, make_inputs, save_results  # noqa: E402
 
 
-def wall_ms(fn, reps: int) -> float:
+def wall_ms(fn, reps: int, wait: bool = True) -> float:
+    """Median host ms of fn(), the device idle before each call; ``wait``: until the GPU has
+    finished it (as message_passing.py times), else until the call returns (host time)."""
     times = []
     for _ in range(reps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         fn()
-        torch.cuda.synchronize()
+        if wait:
+            torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
+    torch.cuda.synchronize()
     return statistics.median(times)
 
 
@@ -51,18 +55,6 @@ def event_ms(fn, reps: int) -> float:
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b))
-    return statistics.median(times)
-
-
-def host_ms(fn, reps: int) -> float:
-    """Median ms until fn() returns, the device idle before each call (not waited for after)."""
-    times = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    torch.cuda.synchronize()
     return statistics.median(times)
 
 
@@ -166,7 +158,7 @@ def main() -> int:
             case[name] = {
                 "wall_ms": wall_ms(fn, args.reps),
                 "events_ms": event_ms(fn, args.reps),
-                "host_ms": host_ms(fn, args.reps),
+                "host_ms": wall_ms(fn, args.reps, wait=False),
                 "launch_host_us": launch_host_us(fn, args.reps),
                 "kernels": kernel_table(fn, 5),
             }
