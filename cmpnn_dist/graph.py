@@ -65,37 +65,27 @@ class Graph:
         )
 
     # ------------------------------------------------------------------ lookups
+    def _triple_key(self, src: Tensor, rel: Tensor, dst: Tensor) -> Tensor:
+        return (src * self.num_relations + rel) * self.num_nodes + dst
+
+    def _pair_keys(self, a: Tensor, b: Tensor) -> Tensor:
+        """Keys of the pairs ``a[i] -> b[i]`` and ``b[i] -> a[i]`` (any relation)."""
+        return torch.cat([a * self.num_nodes + b, b * self.num_nodes + a])
+
     def _sorted_keys(self, kind: str) -> tuple[Tensor, Tensor, int]:
         """Sorted int64 edge keys, the edge ids in that order and the longest run of equal keys
         (parallel edges), cached.  ``kind``: ``triple`` ``(src * R + rel) * N + dst`` or
         ``pair`` ``src * N + dst`` (any relation)."""
         if kind not in self._cache:
-            n = self.num_nodes
             if kind == "triple":
-                keys = (self.src * self.num_relations + self.rel) * n + self.dst()
+                keys = self._triple_key(self.src, self.rel, self.dst())
             else:
-                keys = self.src * n + self.dst()
+                keys = self.src * self.num_nodes + self.dst()
             sorted_keys, order = torch.sort(keys)
             runs = torch.unique_consecutive(sorted_keys, return_counts=True)[1]
             longest = int(runs.max()) if runs.numel() else 0
             self._cache[kind] = (sorted_keys, order, longest)
         return self._cache[kind]
-
-    def find_edges(self, src: Tensor, rel: Tensor, dst: Tensor) -> Tensor:
-        """Edge ids of every stored edge ``src -rel-> dst`` (parallel edges all returned).
-
-        Args: int64 tensors of equal shape [K].  Returns: int64 [M] edge ids (M >= 0).
-        """
-        sorted_keys, order, _ = self._sorted_keys("triple")
-        return _lookup(sorted_keys, order, (src * self.num_relations + rel) * self.num_nodes + dst)
-
-    def find_pair_edges(self, a: Tensor, b: Tensor) -> Tensor:
-        """Edge ids of every edge between ``a[i]`` and ``b[i]``, either direction, any relation."""
-        sorted_keys, order, _ = self._sorted_keys("pair")
-        return _lookup(sorted_keys, order, self._pair_queries(a, b))
-
-    def _pair_queries(self, a: Tensor, b: Tensor) -> Tensor:
-        return torch.cat([a * self.num_nodes + b, b * self.num_nodes + a])
 
     def query_edge_mask(
         self, triples: Tensor, mode: str = "query", negatives: Tensor | None = None
@@ -118,24 +108,25 @@ class Graph:
         if mode == "none":
             return None
         h, r, t = triples[:, 0], triples[:, 1], triples[:, 2]
-        n = self.num_nodes
         if mode == "query":
             half = self.num_relations // 2
             r_fwd = torch.where(r >= half, r - half, r)
             h_fwd = torch.where(r >= half, t, h)
             t_fwd = torch.where(r >= half, h, t)
-            r2 = self.num_relations
             query = torch.cat(
-                [(h_fwd * r2 + r_fwd) * n + t_fwd, (t_fwd * r2 + r_fwd + half) * n + h_fwd]
+                [
+                    self._triple_key(h_fwd, r_fwd, t_fwd),
+                    self._triple_key(t_fwd, r_fwd + half, h_fwd),
+                ]
             )
             kind = "triple"
         elif mode == "one_hop":
-            query, kind = self._pair_queries(h, t), "pair"
+            query, kind = self._pair_keys(h, t), "pair"
         elif mode == "candidates":
             if negatives is None or negatives.shape[0] != triples.shape[0]:
                 raise ValueError("query_edge_mask(mode='candidates') needs negatives [B, k]")
             cand = torch.cat([t.unsqueeze(1), negatives], dim=1)  # [B, 1 + k]
-            query = self._pair_queries(h.unsqueeze(1).expand_as(cand).reshape(-1), cand.reshape(-1))
+            query = self._pair_keys(h.unsqueeze(1).expand_as(cand).reshape(-1), cand.reshape(-1))
             kind = "pair"
         else:
             raise ValueError(
@@ -161,20 +152,6 @@ def _keep_mask(sorted_keys: Tensor, order: Tensor, longest: int, query: Tensor) 
         ids = torch.where(hit, order[pos.clamp(max=num_edges - 1)], num_edges)
         mask.index_fill_(0, ids.reshape(-1), False)
     return mask[:num_edges]
-
-
-def _lookup(sorted_keys: Tensor, order: Tensor, query: Tensor) -> Tensor:
-    """Positions ``order[i]`` of every ``sorted_keys[i]`` equal to some key in ``query``."""
-    lo = torch.searchsorted(sorted_keys, query, right=False)
-    counts = torch.searchsorted(sorted_keys, query, right=True) - lo
-    total = int(counts.sum())
-    if total == 0:
-        return torch.empty(0, dtype=torch.long, device=order.device)
-    starts = torch.repeat_interleave(lo, counts)
-    offsets = torch.arange(total, device=lo.device) - torch.repeat_interleave(
-        torch.cumsum(counts, 0) - counts, counts
-    )
-    return order[starts + offsets]
 
 
 def build_csr(
