@@ -12,7 +12,7 @@ over to another host):
 * ``fwd_prefix``: ``propagate`` entry -> the forward kernel's launch;
 * ``fwd``: the whole forward call; ``fwd_bwd``: forward, a sum loss and ``autograd.grad``.
 
-    python benchmarks/host_overhead.py      # writes benchmarks/results/host_overhead_<dev>.json
+    python benchmarks/host_overhead.py      # writes benchmarks/results/host_overhead_cpu.json
 """
 
 from __future__ import annotations
