@@ -13,16 +13,14 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from message_passing import load_graph, save_results  # noqa: E402
+from message_passing import load_graph, save_results, timed  # noqa: E402
 
 
 def isin_mask(graph, triples: torch.Tensor, mode: str, negatives: torch.Tensor) -> torch.Tensor:
@@ -45,19 +43,6 @@ def isin_mask(graph, triples: torch.Tensor, mode: str, negatives: torch.Tensor) 
     return ~torch.isin(keys, query)
 
 
-def median_ms(fn, reps: int, dev: str) -> float:
-    times = []
-    for _ in range(reps):
-        if dev == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        if dev == "cuda":
-            torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -77,11 +62,11 @@ def main(argv: list[str] | None = None) -> int:
         slow = isin_mask(graph, triples, mode, negatives)
         assert torch.equal(fast, slow), mode
         row = {"mode": mode, "removed_edges": int((~fast).sum())}
-        row["query_edge_mask_ms"] = median_ms(
-            lambda m=mode: graph.query_edge_mask(triples, m, negatives=negatives), args.reps, dev
+        row["query_edge_mask_ms"] = timed(
+            lambda m=mode: graph.query_edge_mask(triples, m, negatives=negatives), dev, args.reps, 1
         )
-        row["isin_ms"] = median_ms(
-            lambda m=mode: isin_mask(graph, triples, m, negatives), args.reps, dev
+        row["isin_ms"] = timed(
+            lambda m=mode: isin_mask(graph, triples, m, negatives), dev, args.reps, 1
         )
         row["speedup"] = row["isin_ms"] / row["query_edge_mask_ms"]
         rows.append(row)
