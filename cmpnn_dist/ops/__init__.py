@@ -19,6 +19,9 @@ Gradients of ``max`` / ``min`` are shared evenly between the edges that attain t
 (naive, reference, scatter); ``fused`` passes all of it to the first such edge (smallest edge
 id, as ``torch.max(dim)`` picks one index).  Both are subgradients; they differ only on exact
 ties, which random float32 inputs do produce now and then on large graphs.
+bfloat16 / float16 inputs give outputs and gradients of the input dtype; ``reference`` and
+``fused`` accumulate in float32 (``reference`` computes in float32 and rounds once), ``naive``
+and ``scatter`` compute in the input dtype.
 
 Implementations (``impl=``):
 

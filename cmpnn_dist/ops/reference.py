@@ -198,6 +198,9 @@ def _kept_edges(graph: Graph, edge_mask: Tensor | None) -> tuple[Tensor, Tensor,
     return graph.src[edge_mask], graph.rel[edge_mask], dst, indptr
 
 
+_HALF = (torch.bfloat16, torch.float16)
+
+
 def _basis_weights(bases: Tensor, coef: Tensor) -> Tensor:
     """W = einsum(coef, bases) [R2, d, d]; skipped when coef is a fixed identity (full W_r)."""
     r2, nb = coef.shape
@@ -217,7 +220,14 @@ def propagate(
     chunk_elements: int = 1 << 24,
     **_: object,
 ) -> dict[str, Tensor]:
-    """See :func:`cmpnn_dist.ops.propagate`."""
+    """See :func:`cmpnn_dist.ops.propagate`.  bfloat16 / float16 inputs are computed in
+    float32 and the results cast back (float32 accumulation, as the fused kernels do: summed
+    in 16 bits, a hub's thousands of terms lose whole percents)."""
+    if x.dtype in _HALF:
+        rel32 = tuple(t.float() for t in relation) if message == "basis" else relation.float()
+        out = propagate(graph, x.float(), rel32, message=message, aggregators=aggregators,
+                        edge_mask=edge_mask, chunk_elements=chunk_elements)  # fmt: skip
+        return {k: v.to(x.dtype) for k, v in out.items()}
     num_nodes, batch, dim = x.shape
     basis = message == "basis"
     src, rel, dst, indptr = _kept_edges(graph, edge_mask)
