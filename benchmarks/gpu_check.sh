@@ -7,11 +7,14 @@
 #   2. benchmarks/message_passing.py --device cuda: reference, fused (autotuned over the whole
 #      space in cmpnn_dist/ops/triton_tuning.py plus its opt-in software-pipelined configs,
 #      CMPNN_TRITON_PIPELINE=1; every config's time kept in the tuning log)
-#      and the torch.sparse floor, plus the device's copy bandwidth;
+#      and the torch.sparse floor, plus the device's copy bandwidth; every implementation's
+#      outputs and gradients checked against the float32 reference on the benchmark graph
+#      (benchmarks/output_check.py: catches a fast but wrong autotuned tiling);
 #   3. benchmarks/profile_fused.py: wall vs GPU time vs CUDA-graph replay vs the profiler's
 #      kernels for MSG 1 sum (where the op's time goes beyond the Triton kernels);
 #   4. benchmarks/train_step.py --device cuda: a full 6-layer training step, reference vs fused
-#      vs fused replayed from one CUDA graph (the step without host latency);
+#      vs fused replayed from one CUDA graph (the step without host latency), with each impl's
+#      first loss against the reference's;
 #   3 and 4 with the fused space cut to the configs that won step 2 most often.
 # Usage: OUT=/some/dir bash benchmarks/gpu_check.sh   (at most 8 files land in $OUT)
 set -u
@@ -40,6 +43,7 @@ timeout "${BENCH_TIMEOUT:-270}" python benchmarks/message_passing.py --device cu
   --impls reference fused sparse_floor --out "$OUT" ${BENCH_ARGS:-} > "$OUT/logs.txt" 2>&1
 echo "bench rc=$? in $(( $(date +%s) - t0 ))s"
 grep -i copy "$OUT/logs.txt"
+grep -h FAILED "$OUT"/message_passing_cuda_*.md && echo "OUTPUT CHECK FAILED (rows above)"
 # the two configs that won the most autotuning runs above, for the training step
 CONFIGS=$(python - "$OUT" <<'EOF'
 import collections, glob, json, sys
@@ -57,5 +61,5 @@ t0=$(date +%s)
 CMPNN_TRITON_CONFIGS="$CONFIGS" timeout "${STEP_TIMEOUT:-150}" python benchmarks/train_step.py \
   --device cuda --reps 5 --impls reference fused fused+graph --out "$OUT" >> "$OUT/logs.txt" 2>&1
 echo "train_step rc=$? in $(( $(date +%s) - t0 ))s"
-grep '^|' "$OUT"/message_passing_cuda_*.md | grep -v -- '---' | cut -c1-150
-grep '^|' "$OUT"/train_step_cuda_*.md 2>/dev/null | cut -c1-150
+grep '^|' "$OUT"/message_passing_cuda_*.md | grep -v -- '---' | cut -c1-190
+grep '^|' "$OUT"/train_step_cuda_*.md 2>/dev/null | cut -c1-190

@@ -25,6 +25,7 @@ import statistics
 import sys
 import threading
 import time
+from functools import cache, partial
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,9 @@ import torch
 from cmpnn_dist.graph import Graph
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import output_check  # noqa: E402
+
 N_NODES, N_REL = 93_773, 51
 CASES = [  # name, message kind, aggregators, dtype, implementations
     ("msg1_sum_fp32", "mul1", ("sum",), "float32",
@@ -102,6 +106,19 @@ def make_inputs(kind: str, graph: Graph, b: int, d: int, dtype: torch.dtype, dev
     return x, "basis", (bases, coef), [x, bases, coef]
 
 
+def leaf_names(kind: str) -> list[str]:
+    """Names of make_inputs' leaves, in order."""
+    return ["x", "bases", "coef"] if kind == "basis" else ["x", "relation"]
+
+
+def case_oracle(case: tuple, graph: Graph, args: argparse.Namespace) -> list[torch.Tensor]:
+    """The case's outputs and gradients from the float32 reference (benchmarks/output_check)."""
+    kind, aggs = case[1], case[2]
+    dtype = getattr(torch, case[3])
+    x, message, rel, leaves = make_inputs(kind, graph, args.batch, args.dim, dtype, args.device)
+    return output_check.oracle(graph, x, message, rel, leaves, aggs)
+
+
 def sparse_layer(graph: Graph, dev: str):
     """y = A x with A [N, N] CSR (A[v, u] = number of edges u -> v), no relation product."""
     vals = torch.ones(graph.num_edges, device=dev)
@@ -152,7 +169,8 @@ def timed(fn, dev: str, reps: int, warmup: int) -> float:
     return statistics.median(times)
 
 
-def measure(impl: str, case: tuple, graph: Graph, args: argparse.Namespace, floor) -> dict:
+def measure(impl: str, case: tuple, graph: Graph, args: argparse.Namespace, floor, want) -> dict:
+    """Times, peak memory and (``want() -> the case's oracle tensors``) the output check."""
     from cmpnn_dist.ops import get_impl
 
     name, kind, aggs, dtype_name, _ = case
@@ -196,6 +214,15 @@ def measure(impl: str, case: tuple, graph: Graph, args: argparse.Namespace, floo
             fwd_bwd()
         res["peak_gb"] = (p.peak - p.base) / 1e9
         res["peak_total_gb"] = p.peak / 1e9
+    if impl == "sparse_floor":
+        res["check"] = {"skipped": "n/a (no relation product)"}
+    elif impl == "reference" and dtype == torch.float32:
+        res["check"] = {"skipped": "oracle"}
+    elif want is not None:
+        got = output_check.outputs_and_grads(prop, graph, x, message, rel, leaves, aggs)
+        names = [*aggs, *(f"d/{n}" for n in leaf_names(kind))]
+        ties = bool({"max", "min"} & set(aggs))
+        res["check"] = output_check.compare(got, want(), names, len(aggs), dtype, ties)
     return res
 
 
@@ -228,21 +255,23 @@ def to_markdown(r: dict) -> str:
         f"- B = {r['batch']}, d = {r['dim']}; medians of {r['reps']} runs",
         f"- command: `{r['command']}`",
         "- peak = extra memory during one forward+backward (CUDA allocator peak, or CPU RSS peak)",
+        "- check = outputs and gradients vs the float32 reference on the same inputs, errors "
+        "relative to the largest oracle value (benchmarks/output_check.py)",
         "",
-        "| case | impl | forward ms | fwd+bwd ms | peak GB | fwd vs reference | note |",
-        "|---|---|---|---|---|---|---|",
+        "| case | impl | forward ms | fwd+bwd ms | peak GB | fwd vs reference | note | check |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for case, rows in r["cases"].items():
         ref = next((x for x in rows if x["impl"] == "reference" and "forward_ms" in x), None)
         for x in rows:
             if "forward_ms" not in x:
-                lines.append(f"| {case} | {x['impl']} | - | - | - | - | {x.get('error', '')} |")
+                lines.append(f"| {case} | {x['impl']} | - | - | - | - | {x.get('error', '')} | - |")
                 continue
             ratio = f"{ref['forward_ms'] / x['forward_ms']:.1f}x" if ref else "-"
             note = _gather_note(x)
             lines.append(
                 f"| {case} | {x['impl']} | {x['forward_ms']:.2f} | {x['fwd_bwd_ms']:.2f} | "
-                f"{x['peak_gb']:.2f} | {ratio} | {note} |"
+                f"{x['peak_gb']:.2f} | {ratio} | {note} | {output_check.describe(x.get('check'))} |"
             )
     if r.get("copy_tb_per_s"):
         lines += ["", f"Device-to-device copy (read + write): {r['copy_tb_per_s']:.2f} TB/s."]
@@ -268,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", nargs="*", default=None, help="subset of case names")
     ap.add_argument("--impls", nargs="*", default=None, help="subset of implementations")
     ap.add_argument("--graph-cache", default="/tmp/cmpnn_biokg_scale_csr.npz")
+    ap.add_argument("--no-check", action="store_true", help="skip the output check")
     ap.add_argument("--out", default=str(HERE / "results"))
     args = ap.parse_args(argv)
     args.reps = args.reps or (20 if args.device == "cuda" else 3)
@@ -307,6 +337,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.cases and case[0] not in args.cases:
             continue
         rows = results["cases"].setdefault(case[0], [])
+        # the oracle is computed once per case, when the first implementation needs it
+        want = None if args.no_check else cache(partial(case_oracle, case, graph, args))
         for impl in case[4]:
             if args.impls and impl not in args.impls:
                 continue
@@ -317,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append({"impl": impl, "error": "skipped: needs ~50 GB (E x B x d messages)"})
                 continue
             try:
-                row = measure(impl, case, graph, args, floor)
+                row = measure(impl, case, graph, args, floor, want)
             except Exception as exc:  # noqa: BLE001 - record (OOM, unsupported dtype) and go on
                 row = {"impl": impl, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
             if args.device == "cuda":

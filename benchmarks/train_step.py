@@ -99,9 +99,11 @@ def make_step(graph: Graph, aggregate: str, impl: str, args: argparse.Namespace)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm-up: Triton autotunes, cached edge orders are built
+        losses = []
         for _ in range(3):
             opt.zero_grad(set_to_none=True)
-            body(triples_in, negs_in)
+            losses.append(body(triples_in, negs_in))
+        first_loss = float(losses[0])  # at initialisation, on the first batch (not replayed)
     torch.cuda.current_stream().wait_stream(side)
     cuda_graph = torch.cuda.CUDAGraph()
     opt.zero_grad(set_to_none=True)
@@ -115,6 +117,7 @@ def make_step(graph: Graph, aggregate: str, impl: str, args: argparse.Namespace)
         cuda_graph.replay()
         return float(loss_out)
 
+    graphed_step.first_loss = first_loss
     return graphed_step
 
 
@@ -129,7 +132,9 @@ def measure(graph: Graph, aggregate: str, impl: str, args: argparse.Namespace) -
         before_build = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
     step = make_step(graph, aggregate, impl, args)
-    step()  # warm-up: Triton compiles / autotunes, cached CSR transposes are built
+    loss = step()  # warm-up: Triton compiles / autotunes, cached CSR transposes are built
+    # the loss at initialisation on the first batch: every impl sees the same model and batch
+    first_loss = getattr(step, "first_loss", loss)
     sync(args.device)
     times = []
     for _ in range(args.reps):
@@ -139,6 +144,7 @@ def measure(graph: Graph, aggregate: str, impl: str, args: argparse.Namespace) -
         sync(args.device)
         times.append(time.perf_counter() - t0)
     row = {"impl": impl, "step_s": statistics.median(times), "step_s_all": times}
+    row["first_loss"] = first_loss
     row["queries_per_s"] = args.batch / row["step_s"]
     if args.device == "cuda" and impl.endswith("+graph"):
         # model, optimizer state and the graph's private pool, from before the build
@@ -176,6 +182,17 @@ def skip_reason(impl: str, dev: str, small: bool) -> str | None:
     return None
 
 
+def _loss_cell(row: dict, ref: dict | None) -> str:
+    """'0.69315 (2e-07)': the first loss and its relative difference to the reference's."""
+    if "first_loss" not in row:
+        return "-"
+    text = f"{row['first_loss']:.5f}"
+    if ref is not None and ref is not row and "first_loss" in ref:
+        diff = abs(row["first_loss"] - ref["first_loss"]) / max(abs(ref["first_loss"]), 1e-12)
+        text += f" ({diff:.0e})"
+    return text
+
+
 def to_markdown(r: dict) -> str:
     lines = [
         f"# Full training step ({r['layers']} layers): {r['graph']}",
@@ -191,14 +208,17 @@ def to_markdown(r: dict) -> str:
             else []
         ),
         "",
-        "| aggregation | impl | step s | queries/s | peak GB | vs reference | note |",
-        "|---|---|---|---|---|---|---|",
+        "- first loss = the loss at initialisation on the first batch (same model and batch "
+        "for every impl), relative difference to the reference impl's in brackets",
+        "",
+        "| aggregation | impl | step s | queries/s | peak GB | vs reference | first loss | note |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for agg, rows in r["results"].items():
         ref = next((x for x in rows if x["impl"] == "reference" and "step_s" in x), None)
         for x in rows:
             if "step_s" not in x:
-                lines.append(f"| {agg} | {x['impl']} | - | - | - | - | {x['error']} |")
+                lines.append(f"| {agg} | {x['impl']} | - | - | - | - | - | {x['error']} |")
                 continue
             ratio = f"{ref['step_s'] / x['step_s']:.2f}x" if ref else "-"
             note = ""
@@ -206,8 +226,9 @@ def to_markdown(r: dict) -> str:
                 note = f"GPU kernels {x['kernel_ms_per_step'] / 1e3:.3f} s of the step"
             if x["impl"].endswith("+graph"):
                 note = "whole step replayed from one CUDA graph; peak includes model + Adam"
+            loss = _loss_cell(x, ref)
             lines.append(f"| {agg} | {x['impl']} | {x['step_s']:.3f} | {x['queries_per_s']:.3g} "
-                         f"| {x['peak_gb']:.2f} | {ratio} | {note} |")  # fmt: skip
+                         f"| {x['peak_gb']:.2f} | {ratio} | {loss} | {note} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
