@@ -23,7 +23,7 @@ import triton.language as tl  # noqa: E402
 from _host_sync import OpLog, host_syncs  # noqa: E402
 
 from cmpnn_dist.graph import Graph, graph_from_triples  # noqa: E402
-from cmpnn_dist.ops import naive  # noqa: E402
+from cmpnn_dist.ops import naive, triton_items  # noqa: E402
 from cmpnn_dist.ops import triton_mp as fused  # noqa: E402
 from cmpnn_dist.ops import triton_tuning as tuning  # noqa: E402
 
@@ -88,7 +88,7 @@ def test_forward_and_grad_parity(
         mask = mask.to(DEV)
     # max_edges=10 splits the hub into two work items; items of 9 - 10 edges take three
     # steps of the interpreter's 4 rows, so every loop form carries state across steps
-    items = fused._items(graph.indptr, 10)
+    items = triton_items.build_items(graph.indptr, 10)
     assert items["extra_rows"].numel() > 0 and int((items["end"] - items["start"]).max()) > 8
     got = fused.propagate(
         graph, x, relation, message=message, aggregators=AGGS, edge_mask=mask, max_edges=10
@@ -159,6 +159,37 @@ def test_float32_and_no_edges() -> None:
     empty = fused.propagate(g, x, relation, message=message, aggregators=AGGS, edge_mask=none)
     for key in (*AGGS, "degree"):
         assert empty[key].abs().max() == 0
+
+
+@pytest.mark.parametrize("kind", ("mul2", "mul1"))
+def test_bfloat16_rounds_once(kind: str) -> None:
+    """bfloat16 in and out, float32 accumulation throughout: with hub rows cut into many pieces
+    (destination, source and relation segments), every bfloat16 output and gradient is the
+    float32 run on the same values rounded once: within one bfloat16 ulp of it (the
+    interpreter rounds toward zero, a GPU to nearest).  Summing the pieces in bfloat16, as
+    this code did before, is off by several ulps."""
+    g = random_graph(40, 2, 600, seed=6, hub_facts=300).to(DEV)
+    b, d = 2, 4
+    gen = torch.Generator().manual_seed(3)
+    x16 = torch.randn(g.num_nodes, b, d, generator=gen).bfloat16().to(DEV).requires_grad_()
+    message, relation = make_relation(kind, g, b, d, torch.float32)
+    rel16 = relation.detach().bfloat16().requires_grad_()
+    x32, rel32 = (t.detach().float().requires_grad_() for t in (x16, rel16))
+    weight = {a: torch.randn(g.num_nodes, b, d, generator=gen).bfloat16().to(DEV) for a in AGGS}
+
+    def run(x: torch.Tensor, rel: torch.Tensor) -> list[torch.Tensor]:
+        out = fused.propagate(g, x, rel, message=message, aggregators=AGGS, max_edges=8)
+        loss = sum((out[a] * weight[a].to(x.dtype)).float().sum() for a in AGGS)
+        return [out[a] for a in AGGS] + list(torch.autograd.grad(loss, [x, rel]))
+
+    prep = fused.prepare(g, torch.device(DEV), 8)
+    assert len(prep["items"]["extra_rows"]) >= 30 and len(prep["t_items"]["extra_rows"]) >= 5
+    got, want = run(x16, rel16), run(x32, rel32)
+    for name, a, b_ in zip([*AGGS, "d/x", "d/relation"], got, want, strict=True):
+        assert a.dtype == torch.bfloat16
+        ulp = torch.ldexp(torch.ones_like(b_), torch.frexp(b_).exponent - 8)  # bf16: 8 bits
+        off = (a.float() - b_).abs() / (ulp + 1e-6 * b_.abs().max())
+        assert off.max() <= 1, (name, float(off.max()))
 
 
 def test_transposed_csr_cached(graph: Graph) -> None:

@@ -123,6 +123,11 @@ def fwd_kernel(
     o_min,
     a_max,
     a_min,
+    p_sum,
+    p_sq,
+    p_max,
+    p_min,
+    n_rows,
     C: tl.constexpr,
     NB: tl.constexpr,
     BASIS: tl.constexpr,
@@ -141,6 +146,11 @@ def fwd_kernel(
 ):
     """One destination item x column tile: sum, sum of squares, max / min (+ arg edge ids).
 
+    Item slots below ``n_rows`` are whole rows: their statistics go to ``o_*`` [n_rows, C] in
+    the output dtype.  Slots ``n_rows + i`` are pieces of split hub rows: theirs go to
+    ``p_*`` [pieces, C] in the accumulator dtype, so the pieces are combined before the one
+    rounding to a 16-bit output (and max / min pick their arg among unrounded values).  The
+    arg edge ids ``a_max`` / ``a_min`` [slots, C] keep every slot.
     PREFETCH: the next chunk's edge indices are loaded before this chunk's gathers, so the
     two round trips overlap instead of following each other.
     """
@@ -192,21 +202,32 @@ def fwd_kernel(
         else:
             s, r, emask = _fwd_edges(src_ptr, rel_ptr, keep_ptr, eids, end, HAS_MASK, IDX_EVICT)
     out = slot * C + cols
+    pout = (slot - n_rows) * C + cols  # int64 like slot
+    lane_slot = slot + 0 * cols  # per lane: the interpreter rejects a scalar-and-vector mask
+    whole, piece = cmask & (lane_slot < n_rows), cmask & (lane_slot >= n_rows)
     if DO_SUM:
-        tl.store(o_sum + out, tl.sum(acc_s, 0).to(o_sum.dtype.element_ty), mask=cmask)
+        val = tl.sum(acc_s, 0)
+        tl.store(o_sum + out, val.to(o_sum.dtype.element_ty), mask=whole)
+        tl.store(p_sum + pout, val.to(p_sum.dtype.element_ty), mask=piece)
     if DO_SQ:
-        tl.store(o_sq + out, tl.sum(acc_q, 0).to(o_sq.dtype.element_ty), mask=cmask)
+        val = tl.sum(acc_q, 0)
+        tl.store(o_sq + out, val.to(o_sq.dtype.element_ty), mask=whole)
+        tl.store(p_sq + pout, val.to(p_sq.dtype.element_ty), mask=piece)
     if DO_MAX:  # smallest edge id among the lanes holding the max
         mx = tl.max(acc_mx, 0)
         am = tl.min(tl.where(acc_mx == mx[None, :], arg_mx, 2147483647), 0)
         none = mx == float("-inf")
-        tl.store(o_max + out, tl.where(none, 0.0, mx).to(o_max.dtype.element_ty), mask=cmask)
+        val = tl.where(none, 0.0, mx)
+        tl.store(o_max + out, val.to(o_max.dtype.element_ty), mask=whole)
+        tl.store(p_max + pout, val.to(p_max.dtype.element_ty), mask=piece)
         tl.store(a_max + out, tl.where(none, -1, am), mask=cmask)
     if DO_MIN:
         mn = tl.min(acc_mn, 0)
         am = tl.min(tl.where(acc_mn == mn[None, :], arg_mn, 2147483647), 0)
         none = mn == float("inf")
-        tl.store(o_min + out, tl.where(none, 0.0, mn).to(o_min.dtype.element_ty), mask=cmask)
+        val = tl.where(none, 0.0, mn)
+        tl.store(o_min + out, val.to(o_min.dtype.element_ty), mask=whole)
+        tl.store(p_min + pout, val.to(p_min.dtype.element_ty), mask=piece)
         tl.store(a_min + out, tl.where(none, -1, am), mask=cmask)
 
 
@@ -262,6 +283,8 @@ def bwd_kernel(
     amin_ptr,
     gmin_ptr,
     out_ptr,
+    part_ptr,
+    n_rows,
     C: tl.constexpr,
     NB: tl.constexpr,
     BASIS: tl.constexpr,
@@ -291,6 +314,9 @@ def bwd_kernel(
       mul ``P[seg, c] = sum_e G_e[c] tab[s_e, c]``;
       basis ``P[seg, k, c] = sum_e G_e[c] tab[s_e, k, c]``
 
+    Slots below ``n_rows`` are whole rows, written to ``out_ptr`` [n_rows, NB, C] in the
+    output dtype; the others (pieces of split rows; every relation segment, ``n_rows = 0``)
+    to ``part_ptr`` [pieces, NB, C] in the accumulator dtype, summed before the one rounding.
     ``it_row`` is the item's source node (input gradient) or relation (relation gradient);
     ``gsrc_ptr`` the source of each edge (relation gradient only), ``other_ptr`` its
     destination, ``eid_ptr`` its destination-sorted edge id (arg tests), ``keep_ptr``
@@ -361,7 +387,11 @@ def bwd_kernel(
                 HAS_MASK, NEED_ORIG, REL_GRAD, IDX_EVICT,
             )  # fmt: skip
     out = (slot * NB + k_sel) * C + cols
-    tl.store(out_ptr + out, tl.sum(acc, 0).to(out_ptr.dtype.element_ty), mask=cmask)
+    pout = ((slot - n_rows) * NB + k_sel) * C + cols  # int64 like slot
+    lane_slot = slot + 0 * cols  # per lane: the interpreter rejects a scalar-and-vector mask
+    val = tl.sum(acc, 0)
+    tl.store(out_ptr + out, val.to(out_ptr.dtype.element_ty), mask=cmask & (lane_slot < n_rows))
+    tl.store(part_ptr + pout, val.to(part_ptr.dtype.element_ty), mask=cmask & (lane_slot >= n_rows))
 
 
 KERNELS = {"fwd": fwd_kernel, "bwd": bwd_kernel}

@@ -16,10 +16,16 @@ backward order first, so the kernels read it by position.  Max / min gradients f
 through the edge whose id equals the stored arg of its destination (tested per edge in the
 same kernels): among exactly tied edges that is the smallest edge id, where the other
 implementations share the gradient evenly (see :mod:`cmpnn_dist.ops`).
+Precision: the kernels accumulate in float32 (float64 for float64 inputs), and every partial
+result that is combined afterwards -- the pieces of split hub rows, the relation segments --
+stays in that dtype until the combined value is rounded once to the input dtype; a shared
+MSG 2 relation's gradient is summed over the queries in it too.  So bfloat16 outputs and
+gradients are the float32 computation rounded once.
 ``basis`` first computes the per-basis transforms ``y[n, k] = bases[k] x[n]`` in torch
 ([N, nb, B, d]); the kernels then gather ``y`` with the coefficient-weighted sum
-``m_e = sum_k coef[r_e, k] y[s_e, k]``.  The transposed / relation-sorted edge orders and the
-work items are built once per graph and device and cached in ``graph._cache``.
+``m_e = sum_k coef[r_e, k] y[s_e, k]`` (``y`` is rounded to the input dtype first).  The
+edge orders and work items come from :mod:`cmpnn_dist.ops.triton_items`, built once per
+graph and device and cached in ``graph._cache``.
 """
 
 from __future__ import annotations
@@ -29,130 +35,26 @@ from torch import Tensor
 
 from cmpnn_dist.graph import Graph
 from cmpnn_dist.ops import triton_kernels as K  # before any triton import: sets the interpreter
+from cmpnn_dist.ops.triton_items import (
+    I32_MAX,
+    MAX_EDGES,
+    acc_dtype,
+    combine_ext,
+    combine_sum,
+    kept_in_degree,
+    partials,
+    prepare,
+)
 from cmpnn_dist.ops.triton_tuning import launch as _launch
 
 triton, tl = K.triton, K.tl
 
 AGGREGATORS = ("sum", "sumsq", "max", "min")
-MAX_EDGES = 1024  # longest edge range one program walks (hub rows are split)
-_I32_MAX = 2**31 - 1
-
-
-# ---------------------------------------------------------------- graph-side preparation
-def _items(indptr: Tensor, max_edges: int, own_slots: bool = False) -> dict:
-    """Work items over a CSR: rows longer than ``max_edges`` are cut into several items.
-
-    Returns int32 ``row, start, end, slot`` [I] and int64 ``extra_rows`` [P]: item slots are
-    the row itself for unsplit rows, ``n + i`` for the i-th piece of a split row (combined into
-    ``extra_rows[i]`` afterwards).  ``own_slots``: every item writes slot = its item index.
-    """
-    n = indptr.numel() - 1
-    dev = indptr.device
-    deg = indptr[1:] - indptr[:-1]
-    nit = torch.clamp((deg + max_edges - 1) // max_edges, min=1)
-    row = torch.repeat_interleave(torch.arange(n, device=dev), nit)
-    first = torch.cumsum(nit, 0) - nit
-    j = torch.arange(row.numel(), device=dev) - first[row]
-    start = indptr[row] + j * max_edges
-    end = torch.minimum(start + max_edges, indptr[row + 1])
-    if own_slots:
-        slot = torch.arange(row.numel(), device=dev)
-        extra = row.new_empty(0)
-    else:
-        split = nit[row] > 1
-        slot = torch.where(split, n + torch.cumsum(split.long(), 0) - 1, row)
-        extra = row[split]
-    i32 = torch.int32
-    return {
-        "row": row.to(i32),
-        "start": start.to(i32),
-        "end": end.to(i32),
-        "slot": slot.to(i32),
-        "n": n,
-        "extra_rows": extra,
-        "extra_unique": torch.unique(extra),
-        "num": int(row.numel()),
-        "slots": n + int(extra.numel()) if not own_slots else int(row.numel()),
-    }
-
-
-def prepare(graph: Graph, device: torch.device, max_edges: int = MAX_EDGES) -> dict:
-    """int32 edge arrays in dst / src / relation order and their work items (cached on graph)."""
-    key = ("triton_mp", str(device), max_edges)
-    if key in graph._cache:
-        return graph._cache[key]
-    if graph.num_edges >= _I32_MAX:
-        raise ValueError(f"fused ops need < 2^31 edges, graph has {graph.num_edges}")
-    indptr = graph.indptr.to(device)
-    src = graph.src.to(device)
-    rel = graph.rel.to(device)
-    dst = torch.repeat_interleave(torch.arange(graph.num_nodes, device=device), indptr.diff())
-    n, r2 = graph.num_nodes, graph.num_relations
-    perm = torch.argsort(src, stable=True)  # dst-sorted edge id -> source-sorted position
-    t_indptr = torch.zeros(n + 1, dtype=torch.long, device=device)
-    t_indptr[1:] = torch.cumsum(torch.bincount(src, minlength=n), 0)
-    rperm = torch.argsort(rel, stable=True)
-    r_indptr = torch.zeros(r2 + 1, dtype=torch.long, device=device)
-    r_indptr[1:] = torch.cumsum(torch.bincount(rel, minlength=r2), 0)
-    i32 = torch.int32
-    prep = {
-        "n": n,
-        "r2": r2,
-        "src": src.to(i32),
-        "rel": rel.to(i32),
-        "src64": src,
-        "rel64": rel,
-        "indptr": indptr,
-        "in_degree": indptr.diff(),
-        "items": _items(indptr, max_edges),
-        "t_dst": dst[perm].to(i32),
-        "t_rel": rel[perm].to(i32),
-        "t_eid": perm.to(i32),
-        "t_items": _items(t_indptr, max_edges),
-        "r_src": src[rperm].to(i32),
-        "r_dst": dst[rperm].to(i32),
-        "r_eid": rperm.to(i32),
-        "r_items": _items(r_indptr, max_edges, own_slots=True),
-    }
-    graph._cache[key] = prep
-    return prep
 
 
 # ---------------------------------------------------------------- launches
 def _acc(dtype: torch.dtype) -> object:
     return tl.float64 if dtype == torch.float64 else tl.float32
-
-
-def _combine_sum(buf: Tensor, items: dict) -> Tensor:
-    """Add the partial slots (rows >= n) of ``buf`` [S, ...] into their rows; returns buf[:n]."""
-    n = items["n"]
-    out = buf[:n]
-    if items["extra_rows"].numel():
-        out.index_fill_(0, items["extra_unique"], 0)  # (not `out[idx] = 0`: a host copy)
-        out.index_add_(0, items["extra_rows"], buf[n:])
-    return out
-
-
-def _combine_ext(buf: Tensor, arg: Tensor, items: dict, largest: bool) -> tuple[Tensor, Tensor]:
-    """Max / min of the partial slots with the smallest arg edge id among ties."""
-    n = items["n"]
-    out, aout = buf[:n], arg[:n]
-    if not items["extra_rows"].numel():
-        return out, aout
-    rows, uniq = items["extra_rows"], items["extra_unique"]
-    fill = float("-inf") if largest else float("inf")
-    part, parg = buf[n:], arg[n:]
-    pv = torch.where(parg >= 0, part, torch.full_like(part, fill))
-    idx = rows[:, None].expand_as(pv)
-    out.index_fill_(0, uniq, fill)
-    out.scatter_reduce_(0, idx, pv, "amax" if largest else "amin")
-    cand = torch.where((pv == out[rows]) & (parg >= 0), parg, torch.full_like(parg, _I32_MAX))
-    aout.index_fill_(0, uniq, _I32_MAX)
-    aout.scatter_reduce_(0, idx, cand, "amin")
-    none = aout[uniq] == _I32_MAX
-    out[uniq] = torch.where(none, torch.zeros_like(out[uniq]), out[uniq])
-    aout[uniq] = torch.where(none, torch.full_like(aout[uniq], -1), aout[uniq])
-    return out, aout
 
 
 def _permuted(keep: Tensor | None, order: Tensor, prep: dict) -> Tensor:
@@ -161,22 +63,36 @@ def _permuted(keep: Tensor | None, order: Tensor, prep: dict) -> Tensor:
     return prep["src"] if keep is None else keep[order]
 
 
+def _relation_table(relation: Tensor, b: int) -> Tensor:
+    """mul: relation [R2, d] (shared) or [B, R2, d] -> the [R2, C = B d] table laid out like a
+    node row: ``w[r, b * d + j] = relation[b, r, j]``."""
+    w = relation if relation.dim() == 3 else relation.unsqueeze(0)
+    r2, d = w.shape[1:]
+    return w.transpose(0, 1).expand(r2, b, d).reshape(r2, b * d).contiguous()
+
+
 class _FusedPropagate(torch.autograd.Function):
-    """tab [N, nb, C] (x or y), w ([R2, C] relation table or [R2, nb] coef) -> requested stats."""
+    """tab [N, nb, C] (x or y), param (mul: relation [R2, d] / [B, R2, d]; basis: coef
+    [R2, nb]) -> requested stats.  The mul relation table is built here, so its gradient is
+    reduced over a shared relation's queries in float32 before the one rounding."""
 
     @staticmethod
     def forward(
         ctx: torch.autograd.function.FunctionCtx,
         tab: Tensor,
-        w: Tensor,
+        param: Tensor,
         prep: dict,
         keep: Tensor | None,
         spec: dict,
     ) -> tuple[Tensor, ...]:
         n, nb, c = tab.shape
+        w = param.contiguous() if spec["basis"] else _relation_table(param, c // param.shape[-1])
+        ctx.param_shape, ctx.param_dtype = param.shape, param.dtype
         it = prep["items"]
         want = spec["aggs"]
-        bufs = {a: tab.new_empty((it["slots"], c)) for a in want}
+        # whole rows [n, C] in the input dtype; pieces of split rows apart, float32 / 64
+        bufs = {a: tab.new_empty((n, c)) for a in want}
+        parts = {a: partials(it, (c,), tab) for a in want}
         dummy = tab.new_empty(1)
         arg_shape = (it["slots"], c) if {"max", "min"} & set(want) else (1,)
         args_max = torch.empty(arg_shape, dtype=torch.int32, device=tab.device)
@@ -184,7 +100,7 @@ class _FusedPropagate(torch.autograd.Function):
         args = [it["start"], it["end"], it["slot"], prep["src"], prep["rel"]]
         args += [keep if keep is not None else prep["src"], tab, w]
         args += [bufs.get(a, dummy) for a in AGGREGATORS] + [args_max, args_min]
-        args += [c]
+        args += [parts.get(a, dummy) for a in AGGREGATORS] + [n, c]
         meta = dict(
             NB=nb,
             BASIS=spec["basis"],
@@ -200,10 +116,10 @@ class _FusedPropagate(torch.autograd.Function):
         outs, saved_args = [], {}
         for a in want:
             if a in ("sum", "sumsq"):
-                outs.append(_combine_sum(bufs[a], it))
+                outs.append(combine_sum(bufs[a], parts[a], it))
             else:
                 arg = args_max if a == "max" else args_min
-                o, saved_args[a] = _combine_ext(bufs[a], arg, it, a == "max")
+                o, saved_args[a] = combine_ext(bufs[a], parts[a], arg, it, a == "max")
                 outs.append(o)
         ctx.prep, ctx.keep, ctx.spec = prep, keep, spec
         ctx.arg_aggs = list(saved_args)
@@ -243,34 +159,37 @@ class _FusedPropagate(torch.autograd.Function):
         if need_tab:
             if any_grad:
                 it = prep["t_items"]
-                buf = tab.new_empty((it["slots"], nb, c))
+                gtab, part = tab.new_empty((n, nb, c)), partials(it, (nb, c), tab)
                 args = [it["row"], it["start"], it["end"], it["slot"], prep["src"]]
                 args += [prep["t_dst"], prep["t_rel"], prep["t_eid"]]
-                args += [_permuted(keep, prep["t_eid"], prep), *tail, buf, *dims]
+                args += [_permuted(keep, prep["t_eid"], prep), *tail, gtab, part, n, *dims]
                 _launch("bwd", it["num"], c, nb, args, dict(meta, REL_GRAD=False))
-                gtab = _combine_sum(buf, it)
+                gtab = combine_sum(gtab, part, it)
             else:
                 gtab = torch.zeros_like(tab)
         if need_w:
             it = prep["r_items"]
-            gw_rows = torch.zeros((prep["r2"], nb, c), dtype=w.dtype, device=w.device)
+            acc = acc_dtype(w.dtype)  # segments summed per relation before the one rounding
+            gw_rows = torch.zeros((prep["r2"], nb, c), dtype=acc, device=w.device)
             if any_grad:
-                part = tab.new_empty((it["slots"], nb, c), dtype=w.dtype)
+                part = torch.empty((it["slots"], nb, c), dtype=acc, device=w.device)
                 args = [it["row"], it["start"], it["end"], it["slot"], prep["r_src"]]
                 args += [prep["r_dst"], prep["rel"], prep["r_eid"]]
-                args += [_permuted(keep, prep["r_eid"], prep), *tail, part, *dims]
+                args += [_permuted(keep, prep["r_eid"], prep), *tail, dummy, part, 0, *dims]
                 _launch("bwd", it["num"], c, nb, args, dict(meta, REL_GRAD=True))
-                gw_rows.index_add_(0, it["row"].long(), part)
+                gw_rows.index_add_(0, it["row64"], part)
             # basis: coef [R2, nb]; mul: the [R2, C] relation table
-            gw = gw_rows.sum(-1) if spec["basis"] else gw_rows.view(prep["r2"], c)
+            if spec["basis"]:  # coef [R2, nb]
+                gw = gw_rows.sum(-1)
+            else:  # [R2, C] -> [B, R2, d], summed over B where the relation is shared
+                d = ctx.param_shape[-1]
+                gw = gw_rows.view(prep["r2"], c // d, d).transpose(0, 1)
+                if len(ctx.param_shape) == 2:
+                    gw = gw.sum(0)
+                elif ctx.param_shape[0] != gw.shape[0]:  # [1, R2, d] for B queries
+                    gw = gw.sum(0, keepdim=True)
+            gw = gw.to(ctx.param_dtype)
         return gtab, gw, None, None, None
-
-
-def kept_in_degree(indptr: Tensor, edge_mask: Tensor) -> Tensor:
-    """int64 [N]: number of in-edges per node that ``edge_mask`` keeps (dst-sorted CSR)."""
-    cs = torch.zeros(edge_mask.numel() + 1, dtype=torch.long, device=edge_mask.device)
-    cs[1:] = torch.cumsum(edge_mask.long(), 0)
-    return cs[indptr[1:]] - cs[indptr[:-1]]
 
 
 def propagate(
@@ -295,13 +214,10 @@ def propagate(
     prep = prepare(graph, x.device, max_edges)
     r2 = graph.num_relations
     if message == "mul":
-        w = relation
-        if w.dim() == 2:
-            w = w.unsqueeze(0)
-        if w.dim() != 3 or w.shape[1:] != (r2, d) or w.shape[0] not in (1, b):
-            raise ValueError(f"relation must be [{r2}, {d}] or [{b}, {r2}, {d}]: {tuple(w.shape)}")
-        # [R2, C] table laid out like a node row: w[r, b * d + j] = relation[b, r, j]
-        w = w.transpose(0, 1).expand(r2, b, d).reshape(r2, b * d).contiguous()
+        w = relation  # the [R2, C] table is built in _FusedPropagate
+        shape = tuple(w.shape)
+        if shape[-2:] != (r2, d) or not (w.dim() == 2 or (w.dim() == 3 and shape[0] in (1, b))):
+            raise ValueError(f"relation must be [{r2}, {d}] or [{b}, {r2}, {d}]: {shape}")
         tab = x.reshape(n, 1, b * d).contiguous()
         spec = dict(basis=False)
     elif message == "basis":
@@ -318,7 +234,7 @@ def propagate(
         spec = dict(basis=True)
     else:
         raise ValueError(f"unknown message {message!r} (mul | basis)")
-    spec.update(aggs=aggs, idx64=tab.numel() >= _I32_MAX)
+    spec.update(aggs=aggs, idx64=tab.numel() >= I32_MAX)
     keep = None
     if edge_mask is not None:
         if edge_mask.shape != (graph.num_edges,):
