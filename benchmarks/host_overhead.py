@@ -10,41 +10,69 @@ microseconds and in units of one small torch op on the same machine (the ratio i
 over to another host):
 
 * ``fwd_prefix``: ``propagate`` entry -> the forward kernel's launch;
-* ``fwd``: the whole forward call; ``fwd_bwd``: forward, a sum loss and ``autograd.grad``.
+* ``fwd``: the whole forward call; ``fwd_bwd``: forward, a sum loss and ``autograd.grad``;
+* ``ops_fwd`` / ``ops_fwd_bwd``: the aten ops dispatched (each a launch on a GPU).
 
-    python benchmarks/host_overhead.py      # writes benchmarks/results/host_overhead_cpu.json
+``--baseline REV`` also loads ``cmpnn_dist/ops/triton_mp.py`` as of git revision REV and
+times it in the same loop, call for call interleaved with the current one (the kernels
+module is today's: launches are intercepted, so only the wrapper differs).
+
+    python benchmarks/host_overhead.py [--baseline HEAD~1]   # -> results/host_overhead_cpu.json
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import platform
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from functools import partial
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from message_passing import save_results  # noqa: E402
 
 
-def median_us(fn, reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(times)
+class _CountOps(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+def wrapper_at(rev: str) -> ModuleType:
+    """``cmpnn_dist.ops.triton_mp`` as of git revision ``rev``, loaded under another name."""
+    src = subprocess.run(
+        ["git", "show", f"{rev}:cmpnn_dist/ops/triton_mp.py"],
+        cwd=HERE.parent, check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    path = Path(tempfile.mkdtemp()) / "triton_mp_baseline.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location("triton_mp_baseline", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=3000)
+    ap.add_argument("--baseline", default=None, help="git revision to time side by side")
     ap.add_argument("--out", default=str(HERE / "results"))
     args = ap.parse_args(argv)
     from cmpnn_dist.graph import graph_from_triples
@@ -56,48 +84,80 @@ def main(argv: list[str] | None = None) -> int:
     graph = graph_from_triples(n, r, facts)
     x = torch.randn(n, 2, 4, requires_grad=True)
     rel = torch.randn(graph.num_relations, 4, requires_grad=True)
+    wrappers = {"current": triton_mp}
+    if args.baseline:
+        wrappers[args.baseline] = wrapper_at(args.baseline)
     marks: list[float] = []
-    launch = triton_mp._launch
-    triton_mp._launch = lambda *a, **k: marks.append(time.perf_counter())  # not run: timed only
+    saved = {name: mod._launch for name, mod in wrappers.items()}
+    for mod in wrappers.values():  # not run: timed only
+        mod._launch = lambda *a, **k: marks.append(time.perf_counter())
     try:
 
-        def fwd() -> dict:
-            return triton_mp.propagate(graph, x, rel, message="mul", aggregators=("sum",))
+        def call(mod: ModuleType) -> dict:
+            return mod.propagate(graph, x, rel, message="mul", aggregators=("sum",))
 
-        def fwd_bwd() -> None:
-            torch.autograd.grad(fwd()["sum"].sum(), [x, rel])
+        fwd = {name: partial(call, mod) for name, mod in wrappers.items()}
 
-        fwd_bwd()  # builds the cached edge orders
+        def fwd_bwd(name: str) -> None:
+            torch.autograd.grad(fwd[name]()["sum"].sum(), [x, rel])
+
+        res: dict[str, dict[str, float]] = {}
+        for name in wrappers:
+            fwd_bwd(name)  # builds the cached edge orders
+            counts = []
+            for fn in (fwd[name], lambda name=name: fwd_bwd(name)):
+                with _CountOps() as c:
+                    fn()
+                counts.append(c.n)
+            res[name] = {"ops_fwd": counts[0], "ops_fwd_bwd": counts[1]}
         small = torch.zeros(8)
-        prefix, whole, ops = [], [], []
-        for _ in range(args.reps):  # interleaved, so machine drift hits all three alike
-            marks.clear()
+        times: dict[tuple[str, str], list[float]] = {}
+        ops = []
+        for i in range(args.reps):  # interleaved, so machine drift hits everything alike
+            for name in wrappers:
+                marks.clear()
+                t0 = time.perf_counter()
+                fwd[name]()
+                t1 = time.perf_counter()
+                times.setdefault((name, "fwd_prefix"), []).append((marks[0] - t0) * 1e6)
+                times.setdefault((name, "fwd"), []).append((t1 - t0) * 1e6)
+                if i % 3 == 0:
+                    t0 = time.perf_counter()
+                    fwd_bwd(name)
+                    times.setdefault((name, "fwd_bwd"), []).append((time.perf_counter() - t0) * 1e6)
             t0 = time.perf_counter()
-            fwd()
-            t1 = time.perf_counter()
             small.add_(1.0)
-            t2 = time.perf_counter()
-            prefix.append((marks[0] - t0) * 1e6)
-            whole.append((t1 - t0) * 1e6)
-            ops.append((t2 - t1) * 1e6)
-        res = {"fwd_prefix": statistics.median(prefix), "fwd": statistics.median(whole)}
-        res["fwd_bwd"] = median_us(fwd_bwd, args.reps // 3)
+            ops.append((time.perf_counter() - t0) * 1e6)
     finally:
-        triton_mp._launch = launch
+        for name, mod in wrappers.items():
+            mod._launch = saved[name]
     op = statistics.median(ops)
+    for (name, key), vals in times.items():
+        res[name][key] = statistics.median(vals)
     result = {
         "benchmark": "host_overhead",
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
         f"python {platform.python_version()}",
         "command": "python " + " ".join([sys.argv[0], *(argv or sys.argv[1:])]),
         "note": "fused wrapper's host time with Triton launches intercepted (not run); "
-        f"{n} nodes, {graph.num_edges} edges, B 2, d 4, MSG 1 sum; medians",
+        f"{n} nodes, {graph.num_edges} edges, B 2, d 4, MSG 2 sum; medians"
+        + (f"; baseline = triton_mp.py at {args.baseline}, interleaved" if args.baseline else ""),
         "small_torch_op_us": op,
-        "us": res,
-        "in_small_torch_ops": {k: v / op for k, v in res.items()},
+        "us": res["current"],
+        "in_small_torch_ops": {k: res["current"][k] / op for k in ("fwd_prefix", "fwd", "fwd_bwd")},
     }
-    for k, v in res.items():
-        print(f"{k}: {v:.1f} us = {v / op:.1f} small torch ops ({op:.2f} us each)")
+    if args.baseline:
+        result["baseline"] = {"rev": args.baseline, "us": res[args.baseline]}
+    for name, r_ in res.items():
+        for key in ("fwd_prefix", "fwd", "fwd_bwd"):
+            print(f"{name:>10} {key}: {r_[key]:.1f} us = {r_[key] / op:.1f} small torch ops")
+        print(f"{name:>10} aten ops: forward {r_['ops_fwd']}, forward+backward {r_['ops_fwd_bwd']}")
+    if args.baseline:
+        base = res[args.baseline]
+        print("current / baseline: " + ", ".join(
+            f"{k} {res['current'][k] / base[k]:.2f}" for k in ("fwd_prefix", "fwd", "fwd_bwd")
+        ))  # fmt: skip
+    print(f"(one small torch op: {op:.2f} us)")
     save_results(Path(args.out), "host_overhead_cpu", result)
     return 0
 
