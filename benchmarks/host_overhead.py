@@ -37,21 +37,12 @@ from types import ModuleType
 
 import numpy as np
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))
+from _host_sync import OpLog  # noqa: E402  (the tests' log of dispatched aten ops)
 from message_passing import save_results  # noqa: E402
-
-
-class _CountOps(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.n = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        self.n += 1
-        return func(*args, **(kwargs or {}))
 
 
 def wrapper_at(rev: str) -> ModuleType:
@@ -106,9 +97,9 @@ def main(argv: list[str] | None = None) -> int:
             fwd_bwd(name)  # builds the cached edge orders
             counts = []
             for fn in (fwd[name], lambda name=name: fwd_bwd(name)):
-                with _CountOps() as c:
+                with OpLog() as log:
                     fn()
-                counts.append(c.n)
+                counts.append(len(log.ops))
             res[name] = {"ops_fwd": counts[0], "ops_fwd_bwd": counts[1]}
         small = torch.zeros(8)
         times: dict[tuple[str, str], list[float]] = {}

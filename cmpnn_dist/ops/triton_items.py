@@ -110,7 +110,7 @@ def acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def partials(items: dict, shape: tuple[int, ...], like: Tensor) -> Tensor:
     """Accumulator-dtype buffer for the pieces of split rows, [pieces, *shape] (>= 1 row)."""
-    rows = max(items["slots"] - items["n"], 1)
+    rows = max(items["slots"] - items["n"], 1)  # exactly the pieces when there are any
     return torch.empty((rows, *shape), dtype=acc_dtype(like.dtype), device=like.device)
 
 
@@ -120,7 +120,7 @@ def combine_sum(out: Tensor, part: Tensor, items: dict) -> Tensor:
     if items["extra_rows"].numel():
         uniq = items["extra_unique"]
         total = part.new_zeros((uniq.numel(), *part.shape[1:]))
-        total.index_add_(0, items["extra_pos"], part[: items["extra_rows"].numel()])
+        total.index_add_(0, items["extra_pos"], part)
         out.index_copy_(0, uniq, total.to(out.dtype))  # (not `out[idx] = ...`: a host copy)
     return out
 
@@ -137,8 +137,8 @@ def combine_ext(
         return out, aout
     uniq, pos = items["extra_unique"], items["extra_pos"]
     fill = float("-inf") if largest else float("inf")
-    parg = arg[n : n + pos.numel()]
-    pv = torch.where(parg >= 0, part[: pos.numel()], fill)
+    parg = arg[n:]
+    pv = torch.where(parg >= 0, part, fill)
     idx = pos[:, None].expand_as(pv)
     best = pv.new_full((uniq.numel(), pv.shape[1]), fill)
     best.scatter_reduce_(0, idx, pv, "amax" if largest else "amin")

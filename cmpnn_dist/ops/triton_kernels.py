@@ -11,8 +11,9 @@ transforms ``y`` [N, nb, C] for ``message="basis"``.  The message of edge ``e = 
 
 Every kernel walks *work items* ``(start, end, slot)``: an edge range of one CSR row (rows with
 more than ``max_edges`` edges are split, so hubs do not serialise a single program) whose
-reduction is written to output row ``slot`` (the row itself, or a partial slot >= N that
-:func:`cmpnn_dist.ops.triton_mp` combines afterwards).  Each program handles one item and one
+reduction is written to output row ``slot`` (the row itself; or, for a piece of a split row,
+slot >= N, to a separate accumulator-dtype buffer that :mod:`cmpnn_dist.ops.triton_items`
+combines afterwards).  Each program handles one item and one
 tile of ``BLOCK_C`` columns, loading ``BLOCK_E`` gathered source rows at a time, so one gathered
 row serves all B queries; accumulation is float32 for float32 / bfloat16 inputs (float64 stays
 float64).

@@ -54,7 +54,8 @@ AGGREGATORS = ("sum", "sumsq", "max", "min")
 
 # ---------------------------------------------------------------- launches
 def _acc(dtype: torch.dtype) -> object:
-    return tl.float64 if dtype == torch.float64 else tl.float32
+    """The kernels' accumulator type: :func:`acc_dtype` as a Triton type."""
+    return tl.float64 if acc_dtype(dtype) == torch.float64 else tl.float32
 
 
 def _permuted(keep: Tensor | None, order: Tensor, prep: dict) -> Tensor:
@@ -87,7 +88,7 @@ class _FusedPropagate(torch.autograd.Function):
     ) -> tuple[Tensor, ...]:
         n, nb, c = tab.shape
         w = param.contiguous() if spec["basis"] else _relation_table(param, c // param.shape[-1])
-        ctx.param_shape, ctx.param_dtype = param.shape, param.dtype
+        ctx.param_shape = param.shape  # (w has param's dtype)
         it = prep["items"]
         want = spec["aggs"]
         # whole rows [n, C] in the input dtype; pieces of split rows apart, float32 / 64
@@ -154,7 +155,6 @@ class _FusedPropagate(torch.autograd.Function):
         tail += [grad.get(a) if grad.get(a) is not None else dummy for a in ("sum", "sumsq")]
         for a in ("max", "min"):
             tail += [args_of.get(a, idummy), grad.get(a) if grad.get(a) is not None else dummy]
-        dims = [c]
         any_grad = any(t is not None for t in grad.values())
         if need_tab:
             if any_grad:
@@ -162,7 +162,7 @@ class _FusedPropagate(torch.autograd.Function):
                 gtab, part = tab.new_empty((n, nb, c)), partials(it, (nb, c), tab)
                 args = [it["row"], it["start"], it["end"], it["slot"], prep["src"]]
                 args += [prep["t_dst"], prep["t_rel"], prep["t_eid"]]
-                args += [_permuted(keep, prep["t_eid"], prep), *tail, gtab, part, n, *dims]
+                args += [_permuted(keep, prep["t_eid"], prep), *tail, gtab, part, n, c]
                 _launch("bwd", it["num"], c, nb, args, dict(meta, REL_GRAD=False))
                 gtab = combine_sum(gtab, part, it)
             else:
@@ -175,10 +175,9 @@ class _FusedPropagate(torch.autograd.Function):
                 part = torch.empty((it["slots"], nb, c), dtype=acc, device=w.device)
                 args = [it["row"], it["start"], it["end"], it["slot"], prep["r_src"]]
                 args += [prep["r_dst"], prep["rel"], prep["r_eid"]]
-                args += [_permuted(keep, prep["r_eid"], prep), *tail, dummy, part, 0, *dims]
+                args += [_permuted(keep, prep["r_eid"], prep), *tail, dummy, part, 0, c]
                 _launch("bwd", it["num"], c, nb, args, dict(meta, REL_GRAD=True))
                 gw_rows.index_add_(0, it["row64"], part)
-            # basis: coef [R2, nb]; mul: the [R2, C] relation table
             if spec["basis"]:  # coef [R2, nb]
                 gw = gw_rows.sum(-1)
             else:  # [R2, C] -> [B, R2, d], summed over B where the relation is shared
@@ -188,7 +187,7 @@ class _FusedPropagate(torch.autograd.Function):
                     gw = gw.sum(0)
                 elif ctx.param_shape[0] != gw.shape[0]:  # [1, R2, d] for B queries
                     gw = gw.sum(0, keepdim=True)
-            gw = gw.to(ctx.param_dtype)
+            gw = gw.to(w.dtype)
         return gtab, gw, None, None, None
 
 
@@ -230,7 +229,7 @@ def propagate(
             )
         # y[n, k, b, j] = sum_i bases[k, j, i] x[n, b, i]
         tab = torch.einsum("nbi,kji->nkbj", x, bases.to(x.dtype)).reshape(n, nb, b * d)
-        w = coef.contiguous()
+        w = coef
         spec = dict(basis=True)
     else:
         raise ValueError(f"unknown message {message!r} (mul | basis)")
