@@ -109,6 +109,17 @@ def _fwd_edges(src_ptr, rel_ptr, keep_ptr, eids, end, HAS_MASK: tl.constexpr, EV
 
 
 @triton.jit
+def _store_slot(row_ptr, piece_ptr, off, poff, val, cmask, slot, n_rows):
+    """Store one reduced statistic ``val`` [BLOCK_C] of an item's slot: a whole row (slot <
+    ``n_rows``) at ``row_ptr + off`` in the output dtype, a piece of a split row at
+    ``piece_ptr + poff`` in the accumulator dtype (combined before the one rounding)."""
+    lane_slot = slot + 0 * off  # per lane: the interpreter rejects a scalar-and-vector mask
+    whole, piece = cmask & (lane_slot < n_rows), cmask & (lane_slot >= n_rows)
+    tl.store(row_ptr + off, val.to(row_ptr.dtype.element_ty), mask=whole)
+    tl.store(piece_ptr + poff, val.to(piece_ptr.dtype.element_ty), mask=piece)
+
+
+@triton.jit
 def fwd_kernel(
     it_start,
     it_end,
@@ -204,31 +215,21 @@ def fwd_kernel(
             s, r, emask = _fwd_edges(src_ptr, rel_ptr, keep_ptr, eids, end, HAS_MASK, IDX_EVICT)
     out = slot * C + cols
     pout = (slot - n_rows) * C + cols  # int64 like slot
-    lane_slot = slot + 0 * cols  # per lane: the interpreter rejects a scalar-and-vector mask
-    whole, piece = cmask & (lane_slot < n_rows), cmask & (lane_slot >= n_rows)
     if DO_SUM:
-        val = tl.sum(acc_s, 0)
-        tl.store(o_sum + out, val.to(o_sum.dtype.element_ty), mask=whole)
-        tl.store(p_sum + pout, val.to(p_sum.dtype.element_ty), mask=piece)
+        _store_slot(o_sum, p_sum, out, pout, tl.sum(acc_s, 0), cmask, slot, n_rows)
     if DO_SQ:
-        val = tl.sum(acc_q, 0)
-        tl.store(o_sq + out, val.to(o_sq.dtype.element_ty), mask=whole)
-        tl.store(p_sq + pout, val.to(p_sq.dtype.element_ty), mask=piece)
+        _store_slot(o_sq, p_sq, out, pout, tl.sum(acc_q, 0), cmask, slot, n_rows)
     if DO_MAX:  # smallest edge id among the lanes holding the max
         mx = tl.max(acc_mx, 0)
         am = tl.min(tl.where(acc_mx == mx[None, :], arg_mx, 2147483647), 0)
         none = mx == float("-inf")
-        val = tl.where(none, 0.0, mx)
-        tl.store(o_max + out, val.to(o_max.dtype.element_ty), mask=whole)
-        tl.store(p_max + pout, val.to(p_max.dtype.element_ty), mask=piece)
+        _store_slot(o_max, p_max, out, pout, tl.where(none, 0.0, mx), cmask, slot, n_rows)
         tl.store(a_max + out, tl.where(none, -1, am), mask=cmask)
     if DO_MIN:
         mn = tl.min(acc_mn, 0)
         am = tl.min(tl.where(acc_mn == mn[None, :], arg_mn, 2147483647), 0)
         none = mn == float("inf")
-        val = tl.where(none, 0.0, mn)
-        tl.store(o_min + out, val.to(o_min.dtype.element_ty), mask=whole)
-        tl.store(p_min + pout, val.to(p_min.dtype.element_ty), mask=piece)
+        _store_slot(o_min, p_min, out, pout, tl.where(none, 0.0, mn), cmask, slot, n_rows)
         tl.store(a_min + out, tl.where(none, -1, am), mask=cmask)
 
 
@@ -389,10 +390,7 @@ def bwd_kernel(
             )  # fmt: skip
     out = (slot * NB + k_sel) * C + cols
     pout = ((slot - n_rows) * NB + k_sel) * C + cols  # int64 like slot
-    lane_slot = slot + 0 * cols  # per lane: the interpreter rejects a scalar-and-vector mask
-    val = tl.sum(acc, 0)
-    tl.store(out_ptr + out, val.to(out_ptr.dtype.element_ty), mask=cmask & (lane_slot < n_rows))
-    tl.store(part_ptr + pout, val.to(part_ptr.dtype.element_ty), mask=cmask & (lane_slot >= n_rows))
+    _store_slot(out_ptr, part_ptr, out, pout, tl.sum(acc, 0), cmask, slot, n_rows)
 
 
 KERNELS = {"fwd": fwd_kernel, "bwd": bwd_kernel}
