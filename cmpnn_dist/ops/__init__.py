@@ -182,6 +182,7 @@ def propagate(
     Returns:
         dict: each requested aggregator -> float [N, B, d]; ``"degree"`` -> float [N].
     """
+    x, relation = _autocast_inputs(x, relation)
     fn = get_impl(impl, x)
     check_inputs(graph, x, relation, message, aggregators, edge_mask)
     return fn(
@@ -193,6 +194,22 @@ def propagate(
         edge_mask=edge_mask,
         chunk_elements=chunk_elements,
     )
+
+
+def _autocast_inputs(
+    x: Tensor, relation: Tensor | tuple[Tensor, Tensor]
+) -> tuple[Tensor, Tensor | tuple[Tensor, Tensor]]:
+    """Under ``torch.autocast`` message passing runs in the autocast dtype, as a matmul would
+    (this is how ``train.precision=bf16`` reaches the bfloat16 kernels); otherwise the relation
+    parameters take ``x``'s dtype."""
+    device = x.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+
+    def cast(t: Tensor) -> Tensor:
+        return t if t.dtype == dtype else t.to(dtype)
+
+    relation = tuple(map(cast, relation)) if isinstance(relation, tuple) else cast(relation)
+    return cast(x), relation
 
 
 __all__ = [
