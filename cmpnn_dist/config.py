@@ -20,6 +20,7 @@ import importlib.util
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+Family = Literal["cmpnn", "rgcn", "compgcn"]
 Init = Literal[0, 1, 2, 3]
 Message = Literal[1, 2, 3]
 Aggregate = Literal["sum", "mean", "max", "pna"]
@@ -86,8 +87,14 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    """The C-MPNN design space (paper section 4.1 and appendix E)."""
+    """The C-MPNN design space (paper section 4.1 and appendix E), and the R-MPNN baselines.
 
+    ``family``: ``cmpnn`` (everything below), or the transductive R-MPNN baselines ``rgcn`` /
+    ``compgcn`` (:mod:`cmpnn_dist.model.rmpnn`), which read only ``num_layers``,
+    ``hidden_dim``, ``num_bases`` (R-GCN) and ``dropout``.
+    """
+
+    family: str = option("cmpnn", Family)
     init: int = option(2, Init)  # 0 zeros, 1 indicator*1, 2 indicator*z_q, 3 indicator*(z_q+eps)
     message: int = option(1, Message)  # 1: h*W_r z_q, 2: h*b_r, 3: W_r h (basis decomposition)
     num_bases: int | None = number(None, ge=1)  # MSG 3 only; None: one basis per relation
@@ -99,6 +106,7 @@ class ModelConfig:
     decoder_hidden_dim: int = number(64, ge=1)
     layer_norm: bool = True
     shortcut: bool = True
+    dropout: float = number(0.0, ge=0, le=1)  # R-MPNN baselines: between layers
 
 
 @dataclass
@@ -224,8 +232,10 @@ def validate(cfg: Config) -> None:
             f"divisible by cluster.num_workers={cfg.cluster.num_workers}"
         )
     m, t = cfg.model, cfg.train
-    if m.num_bases is not None and m.message != 3:
-        raise ConfigError(f"model.num_bases={m.num_bases} is used only with model.message=3")
+    if m.num_bases is not None and m.message != 3 and m.family != "rgcn":
+        raise ConfigError(
+            f"model.num_bases={m.num_bases} is used only with model.message=3 or model.family=rgcn"
+        )
     if t.warmup_steps and t.max_steps and t.warmup_steps > t.max_steps:
         raise ConfigError(
             f"train.warmup_steps={t.warmup_steps} exceeds train.max_steps={t.max_steps}"

@@ -20,7 +20,7 @@ BAD_VALUES = [
     ("eval.splits=[foo]", "bad value 'foo' for eval.splits"),
     ("eval.splits=[]", "eval.splits is empty"),
     ("model.message=3 model.num_bases=0", "model.num_bases must be >= 1"),
-    ("model.num_bases=4", "model.num_bases=4 is used only with model.message=3"),
+    ("model.num_bases=4", "model.num_bases=4 is used only with model.message=3 or"),
     ("model.aggregate=median", "bad value 'median' for model.aggregate"),
     ("train.remove_query_edges=all", "bad value 'all' for train.remove_query_edges"),
     ("train.precision=fp8", "bad value 'fp8' for train.precision"),

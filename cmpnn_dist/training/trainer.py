@@ -58,12 +58,14 @@ class Trainer:
     the checkpoint content."""
 
     def __init__(self, cfg: Any, data: TrainData, ctx: TrainContext, on_step: Any) -> None:
-        from cmpnn_dist.model import CMPNN
+        from cmpnn_dist.model.build import build_model
 
         self.cfg, self.data, self.ctx, self.on_step = cfg, data, ctx, on_step
         tc = cfg.train
         self.device = torch.device(ctx.device)
-        self.model = CMPNN(cfg.model, data.num_relations, cfg.ops).to(self.device)
+        self.model = build_model(
+            cfg.model, cfg.ops, data.num_relations, data.num_nodes, data.inductive
+        ).to(self.device)
         self.optimizer = build_optimizer(cfg, self.model)
         self.loss_fn = build_loss(cfg)
         self.sampler = QuerySampler(
