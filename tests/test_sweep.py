@@ -99,8 +99,8 @@ def test_sweep_on_a_ray_cluster_survives_a_kill_and_restart(tmp_path):
     first cell has finished; the same command again ends with all four cells, each once."""
     env = {**os.environ, "RAY_ADDRESS": "", "OMP_NUM_THREADS": "1"}
     port = "6391"
-    subprocess.run(["ray", "start", "--head", f"--port={port}", "--num-cpus=2",
-                    "--include-dashboard=false"], check=True, env=env, capture_output=True)  # fmt: skip
+    head = ["ray", "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false"]
+    subprocess.run(head, check=True, env=env, capture_output=True)
     env["RAY_ADDRESS"] = f"127.0.0.1:{port}"
     storage = tmp_path / "storage"
     cmd = [sys.executable, "-m", "cmpnn_dist.train", "-m", "sweep_name=s",
