@@ -236,6 +236,11 @@ def validate(cfg: Config) -> None:
         raise ConfigError(
             f"model.num_bases={m.num_bases} is used only with model.message=3 or model.family=rgcn"
         )
+    if cfg.data.node_types is not None and not cfg.data.source.startswith("tsv:"):
+        raise ConfigError(
+            f"data.node_types applies to tsv: sources only; {cfg.data.source} brings its own "
+            "node types (or none): drop data.node_types"
+        )
     if t.warmup_steps and t.max_steps and t.warmup_steps > t.max_steps:
         raise ConfigError(
             f"train.warmup_steps={t.warmup_steps} exceeds train.max_steps={t.max_steps}"

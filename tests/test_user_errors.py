@@ -27,6 +27,7 @@ BAD_VALUES = [
     ("train.warmup_steps=10 train.max_steps=5", "train.warmup_steps=10 exceeds"),
     ("cluster.num_workers=3 train.batch_size=16", "divisible by cluster.num_workers=3"),
     ("cluster.num_workers=2 train.device=cuda", "needs cluster.use_gpu=true"),
+    ("data.node_types=prefix", "data.node_types applies to tsv: sources only"),
 ]
 if not torch.cuda.is_available():
     BAD_VALUES.append(("train.device=cuda", "this machine has no CUDA device"))
