@@ -113,7 +113,8 @@ def draw_explanation(expl: Any, path: str | Path, dpi: int = 150) -> Path:
     fig.tight_layout()
     tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
     try:
-        fig.savefig(tmp, dpi=dpi)
+        with matplotlib.rc_context({"svg.fonttype": "none"}):  # SVG text stays text
+            fig.savefig(tmp, dpi=dpi)
         os.replace(tmp, path)
     finally:
         plt.close(fig)

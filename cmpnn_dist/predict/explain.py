@@ -36,16 +36,17 @@ def supports_edge_weight(model: nn.Module) -> bool:
     return "edge_weight" in inspect.signature(layers[0].forward).parameters
 
 
-def edge_gradients(
-    model: nn.Module, graph: Graph, head: int, relation: int, tail: int
-) -> tuple[Tensor, float]:
-    """``(g float [T, E], logit)``: g[t, e] = d logit(tail | head, relation) / d w^(t)_e at
-    all-ones weights, and the logit itself.
-
-    ``relation`` in [0, 2|R|) (inverse ids answer head queries).  The forward pass repeats
-    :meth:`CMPNN.encode` layer by layer so that each layer gets its own weight tensor.
-    INIT 3 draws its noise from a fixed seed (torch's global RNG is left untouched).
-    """
+def weighted_score(
+    model: nn.Module,
+    graph: Graph,
+    head: int,
+    relation: int,
+    tail: int,
+    weights: list[Tensor],
+) -> Tensor:
+    """logit(tail | head, relation) with layer t's messages scaled by ``weights[t]`` (float
+    [E] each): :meth:`CMPNN.encode` layer by layer, each layer with its own weights.
+    Returns a 0-dim tensor (differentiable in the weights and the parameters)."""
     from cmpnn_dist.model.init import initial_states
     from cmpnn_dist.model.readout import relation_node_sets
 
@@ -54,27 +55,46 @@ def edge_gradients(
             "path explanations need per-edge weights in message passing (edge_weight=), "
             "which this build's model layers do not take"
         )
+    if len(weights) != len(model.layers):
+        raise ValueError(f"{len(model.layers)} layers but {len(weights)} weight tensors")
     device = graph.device
     heads = torch.tensor([head], device=device)
     rels = torch.tensor([relation], device=device)
-    weights = [torch.ones(graph.num_edges, device=device, requires_grad=True) for _ in model.layers]
+    model._check(graph, heads, rels)
+    z_q = model.query(rels)
+    h0 = initial_states(model.cfg.init, heads, z_q, graph.num_nodes)
+    node_sets = None
+    if model.cfg.readout == "relation":
+        node_sets = relation_node_sets(graph, rels, None)
+    h = h0
+    for layer, w in zip(model.layers, weights, strict=True):
+        hist = h if str(model.cfg.history) == "t" else h0
+        h = layer(graph, h, hist, z_q, None, node_sets, edge_weight=w)
+    return model.decoder(h.transpose(0, 1), z_q)[0, tail]
+
+
+def edge_gradients(
+    model: nn.Module, graph: Graph, head: int, relation: int, tail: int
+) -> tuple[Tensor, float]:
+    """``(g float [T, E], logit)``: g[t, e] = d logit(tail | head, relation) / d w^(t)_e at
+    all-ones weights, and the logit itself.
+
+    ``relation`` in [0, 2|R|) (inverse ids answer head queries).  The model runs in eval
+    mode; INIT 3 draws its noise from a fixed seed (torch's global RNG is left untouched).
+    """
+    device = graph.device
+    dtype = model.query.weight.dtype
+    weights = [
+        torch.ones(graph.num_edges, device=device, dtype=dtype, requires_grad=True)
+        for _ in model.layers
+    ]
     was_training = model.training
     model.eval()
     try:
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(0)
             with torch.enable_grad():
-                model._check(graph, heads, rels)
-                z_q = model.query(rels)
-                h0 = initial_states(model.cfg.init, heads, z_q, graph.num_nodes)
-                node_sets = None
-                if model.cfg.readout == "relation":
-                    node_sets = relation_node_sets(graph, rels, None)
-                h = h0
-                for layer, w in zip(model.layers, weights, strict=True):
-                    hist = h if str(model.cfg.history) == "t" else h0
-                    h = layer(graph, h, hist, z_q, None, node_sets, edge_weight=w)
-                score = model.decoder(h.transpose(0, 1), z_q)[0, tail]
+                score = weighted_score(model, graph, head, relation, tail, weights)
                 grads = torch.autograd.grad(score, weights, allow_unused=True)
     finally:
         model.train(was_training)
