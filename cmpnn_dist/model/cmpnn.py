@@ -79,9 +79,14 @@ class CMPNN(nn.Module):
             raise ValueError(f"heads and rels must be [B], got {heads.shape} and {rels.shape}")
 
     def encode(
-        self, graph: Graph, heads: Tensor, rels: Tensor, edge_mask: Tensor | None = None
+        self,
+        graph: Graph,
+        heads: Tensor,
+        rels: Tensor,
+        edge_mask: Tensor | None = None,
+        edge_weight: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """Returns ``(h^(T) float [N, B, d], z_q float [B, d])``."""
+        """Returns ``(h^(T) float [N, B, d], z_q float [B, d])``; arguments as :meth:`forward`."""
         self._check(graph, heads, rels)
         z_q = self.query(rels)
         h0 = initial_states(self.cfg.init, heads, z_q, graph.num_nodes)
@@ -91,17 +96,27 @@ class CMPNN(nn.Module):
         h = h0
         for layer in self.layers:
             hist = h if str(self.cfg.history) == "t" else h0
-            h = layer(graph, h, hist, z_q, edge_mask, node_sets)
+            h = layer(graph, h, hist, z_q, edge_mask, node_sets, edge_weight)
         return h, z_q
 
     def node_states(
-        self, graph: Graph, heads: Tensor, rels: Tensor, edge_mask: Tensor | None = None
+        self,
+        graph: Graph,
+        heads: Tensor,
+        rels: Tensor,
+        edge_mask: Tensor | None = None,
+        edge_weight: Tensor | None = None,
     ) -> Tensor:
         """Final pair representations h^(T)_{v|u_b,q_b}: float [B, N, d]."""
-        return self.encode(graph, heads, rels, edge_mask)[0].transpose(0, 1)
+        return self.encode(graph, heads, rels, edge_mask, edge_weight)[0].transpose(0, 1)
 
     def forward(
-        self, graph: Graph, heads: Tensor, rels: Tensor, edge_mask: Tensor | None = None
+        self,
+        graph: Graph,
+        heads: Tensor,
+        rels: Tensor,
+        edge_mask: Tensor | None = None,
+        edge_weight: Tensor | None = None,
     ) -> Tensor:
         """Scores of every tail v for each query (u_b = heads[b], q_b = rels[b] in [0, 2|R|)).
 
@@ -109,7 +124,11 @@ class CMPNN(nn.Module):
             graph: message graph with 2|R| relations.
             heads: int64 [B].  rels: int64 [B].
             edge_mask: optional bool [E] keep-mask shared by the batch (query-edge removal).
+            edge_weight: optional float [E] (shared) or [B, E] (per query): every layer
+                multiplies each edge's message by its weight before aggregating (see
+                :func:`cmpnn_dist.ops.propagate`); the logits are differentiable in it, which
+                is what gradient-based path explanations use.  ``None`` = all ones.
         Returns: logits float [B, N].
         """
-        h, z_q = self.encode(graph, heads, rels, edge_mask)
+        h, z_q = self.encode(graph, heads, rels, edge_mask, edge_weight)
         return self.decoder(h.transpose(0, 1), z_q)

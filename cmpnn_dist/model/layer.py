@@ -47,6 +47,7 @@ class CMPNNLayer(nn.Module):
         z_q: Tensor,
         edge_mask: Tensor | None = None,
         node_sets: tuple[Tensor, Tensor] | None = None,
+        edge_weight: Tensor | None = None,
     ) -> Tensor:
         """Args:
             graph: message graph (R2 relations).
@@ -55,6 +56,7 @@ class CMPNNLayer(nn.Module):
             z_q: float [B, d], query embeddings.
             edge_mask: optional bool [E] keep-mask.
             node_sets: V_q^+ / V_q^- indicators [B, N] each (relation readout only).
+            edge_weight: optional float [E] or [B, E] multiplying each edge's message.
         Returns: float [N, B, d], h^(t+1)."""
         message, relation = self.message(z_q)
         raw = propagate(
@@ -64,6 +66,7 @@ class CMPNNLayer(nn.Module):
             message=message,
             aggregators=self.aggregate.ops_aggregators,
             edge_mask=edge_mask,
+            edge_weight=edge_weight,
             impl=self.ops.impl,
             chunk_elements=self.ops.chunk_elements,
         )

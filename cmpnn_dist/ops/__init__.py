@@ -14,6 +14,14 @@ sends a message ``m_e`` and the messages arriving at each node are reduced::
     out["max"][v]   = max_{e -> v} m_e          out["min"][v]   = min_{e -> v} m_e
     out["degree"][v] = #{e -> v kept}           (float [N])
 
+With ``edge_weight`` (float [E] shared by the batch, or [B, E] per query) every kept message
+is scaled before the reduction, ``m_e[b] <- w_e m_e[b]`` (or ``w[b, e] m_e[b]``), and every
+statistic (sum, sumsq, max, min) is taken over the scaled messages; ``degree`` still counts
+kept edges.  Outputs are differentiable in the weights (gradient-based path explanations, as
+in NBFNet).  A zero weight therefore removes an edge from ``sum`` / ``sumsq`` exactly, but
+for ``max`` / ``min`` it is a message of value 0 and it still counts in ``degree``: remove
+edges with ``edge_mask``.  Weights of exactly 1 give bit for bit the unweighted result.
+
 Each aggregator output is float [N, B, d]; a node without a kept in-edge gets 0 everywhere.
 Gradients of ``max`` / ``min`` are shared evenly between the edges that attain the extreme
 (naive, reference, scatter); ``fused`` passes all of it to the first such edge (smallest edge
@@ -30,10 +38,13 @@ Implementations (``impl=``):
   most ``chunk_elements`` message entries; recomputes in backward (never holds |E| x B x d).
 * ``fused``     -- ``cmpnn_dist.ops.triton_mp`` (Triton; CUDA), imported lazily.
 * ``scatter``   -- ``cmpnn_dist.ops.scatter`` (torch-scatter), imported lazily.
-* ``auto``      -- ``fused`` for CUDA inputs when it imports, else ``reference``.
+* ``auto``      -- ``fused`` for CUDA inputs when it imports and covers the call (no
+  ``edge_weight``), else ``reference``.  An explicit ``impl="fused"`` with ``edge_weight``
+  raises ValueError.
 
 Every implementation module exposes
-``propagate(graph, x, relation, *, message, aggregators, edge_mask=None, **kwargs)``.
+``propagate(graph, x, relation, *, message, aggregators, edge_mask=None, edge_weight=None,
+**kwargs)`` (``fused`` rejects ``edge_weight``).
 """
 
 from __future__ import annotations
@@ -77,16 +88,29 @@ def available_impls() -> list[str]:
     return [name for name in IMPL_MODULES if _load(name) is not None]
 
 
-def resolve_impl(impl: str, x: Tensor | None = None) -> str:
+# What the fused Triton kernels decline (``auto`` then takes ``reference``).
+FUSED_DECLINES = ("edge_weight",)
+
+
+def resolve_impl(impl: str, x: Tensor | None = None, *, weighted: bool = False) -> str:
     """Map ``impl`` (``auto`` included) to a concrete implementation name.
 
+    ``auto``: ``fused`` for CUDA ``x`` when Triton imports and the call is unweighted, else
+    ``reference``.
+
     Raises:
-        ValueError: unknown name, or a known one whose module does not import.
+        ValueError: unknown name, a known one whose module does not import, or ``fused`` asked
+        for a weighted call.
     """
     if impl == "auto":
-        if x is not None and x.is_cuda and _load("fused") is not None:
+        if x is not None and x.is_cuda and not weighted and _load("fused") is not None:
             return "fused"
         return "reference"
+    if impl == "fused" and weighted:
+        raise ValueError(
+            "ops impl 'fused' does not support edge_weight (per-edge float weights); "
+            "use impl='auto' or 'reference', which do"
+        )
     if impl not in IMPL_MODULES:
         choices = ", ".join(["auto", *IMPL_MODULES])
         raise ValueError(f"unknown ops impl {impl!r}; choices: {choices}")
@@ -101,9 +125,11 @@ def resolve_impl(impl: str, x: Tensor | None = None) -> str:
     return impl
 
 
-def get_impl(impl: str, x: Tensor | None = None) -> Callable[..., dict[str, Tensor]]:
+def get_impl(
+    impl: str, x: Tensor | None = None, *, weighted: bool = False
+) -> Callable[..., dict[str, Tensor]]:
     """The ``propagate`` function of implementation ``impl``."""
-    module = _load(resolve_impl(impl, x))
+    module = _load(resolve_impl(impl, x, weighted=weighted))
     assert module is not None
     return module.propagate
 
@@ -115,6 +141,7 @@ def check_inputs(
     message: str,
     aggregators: Sequence[str],
     edge_mask: Tensor | None,
+    edge_weight: Tensor | None = None,
 ) -> None:
     """Validate shapes and names; raises ValueError with the offending argument."""
     if x.dim() != 3 or x.shape[0] != graph.num_nodes:
@@ -154,6 +181,16 @@ def check_inputs(
             f"edge_mask must be bool [E={graph.num_edges}], got "
             f"{edge_mask.dtype} {tuple(edge_mask.shape)}"
         )
+    if edge_weight is not None:
+        shape = tuple(edge_weight.shape)
+        if not edge_weight.is_floating_point() or shape not in (
+            (graph.num_edges,),
+            (batch, graph.num_edges),
+        ):
+            raise ValueError(
+                f"edge_weight must be float [E={graph.num_edges}] or [B={batch}, E], got "
+                f"{edge_weight.dtype} {shape}"
+            )
 
 
 def propagate(
@@ -164,6 +201,7 @@ def propagate(
     message: str,
     aggregators: Sequence[str],
     edge_mask: Tensor | None = None,
+    edge_weight: Tensor | None = None,
     impl: str = "auto",
     chunk_elements: int = 1 << 24,
 ) -> dict[str, Tensor]:
@@ -176,14 +214,18 @@ def propagate(
         message: ``"mul"`` or ``"basis"``.
         aggregators: subset of ``("sum", "sumsq", "max", "min")``.
         edge_mask: optional bool [E] keep-mask (False = edge removed), shared by the batch.
+        edge_weight: optional float [E] (shared) or [B, E] (per query): each kept message is
+            multiplied by its weight before the reduction; differentiable.  Not with ``fused``.
         impl: ``auto`` | ``naive`` | ``reference`` | ``fused`` | ``scatter``.
         chunk_elements: at most this many message entries (edges x B x d) per block.
 
     Returns:
         dict: each requested aggregator -> float [N, B, d]; ``"degree"`` -> float [N].
     """
-    fn = get_impl(impl, x)
-    check_inputs(graph, x, relation, message, aggregators, edge_mask)
+    weighted = edge_weight is not None
+    fn = get_impl(impl, x, weighted=weighted)
+    check_inputs(graph, x, relation, message, aggregators, edge_mask, edge_weight)
+    extra = {"edge_weight": edge_weight} if weighted else {}
     return fn(
         graph,
         x,
@@ -192,11 +234,13 @@ def propagate(
         aggregators=tuple(aggregators),
         edge_mask=edge_mask,
         chunk_elements=chunk_elements,
+        **extra,
     )
 
 
 __all__ = [
     "AGGREGATORS",
+    "FUSED_DECLINES",
     "IMPL_MODULES",
     "MESSAGES",
     "available_impls",

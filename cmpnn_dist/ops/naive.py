@@ -36,6 +36,16 @@ def messages(
     return torch.einsum("eij,ebj->ebi", weights[rel], x_src)
 
 
+def edge_scale(edge_weight: Tensor, edge_mask: Tensor | None) -> Tensor:
+    """Weights of the kept edges as a multiplier of their messages: [E', B or 1, 1].
+
+    ``edge_weight`` is float [E] (shared by the batch) or [B, E] (per query)."""
+    w = edge_weight if edge_weight.dim() == 2 else edge_weight.unsqueeze(0)
+    if edge_mask is not None:
+        w = w[:, edge_mask]
+    return w.transpose(0, 1).unsqueeze(-1)
+
+
 def propagate(
     graph: Graph,
     x: Tensor,
@@ -44,6 +54,7 @@ def propagate(
     message: str,
     aggregators: Sequence[str],
     edge_mask: Tensor | None = None,
+    edge_weight: Tensor | None = None,
     **_: object,
 ) -> dict[str, Tensor]:
     """See :func:`cmpnn_dist.ops.propagate`; extra keyword arguments are ignored."""
@@ -51,6 +62,8 @@ def propagate(
     if edge_mask is not None:
         src, rel, dst = src[edge_mask], rel[edge_mask], dst[edge_mask]
     msg = messages(x[src], rel, relation, message)
+    if edge_weight is not None:
+        msg = msg * edge_scale(edge_weight, edge_mask).to(msg.dtype)
     num_nodes, batch, dim = x.shape
     out: dict[str, Tensor] = {}
     degree = torch.bincount(dst, minlength=num_nodes).to(x.dtype)

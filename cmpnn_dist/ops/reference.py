@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from cmpnn_dist.graph import Graph
+from cmpnn_dist.ops.naive import edge_scale
 
 Block = tuple[int, int, list[tuple[int, int]]]  # rows [r0, r1), edge pieces [(e0, e1), ...]
 
@@ -100,8 +101,10 @@ def _messages(x: Tensor, param: Tensor, src: Tensor, rel: Tensor, basis: bool) -
 
 
 class _Propagate(torch.autograd.Function):
+    """x, param, ew (kept edges' weights [E', B or 1, 1], or None) -> one output per aggregator."""
+
     @staticmethod
-    def forward(ctx, x, param, src, rel, dst, degree, blocks, basis, aggs):  # noqa: ANN001, ANN205
+    def forward(ctx, x, param, ew, src, rel, dst, degree, blocks, basis, aggs):  # noqa: ANN001, ANN205
         outs = {}
         for a in aggs:
             fill = {"max": float("-inf"), "min": float("inf")}.get(a, 0.0)
@@ -112,6 +115,8 @@ class _Propagate(torch.autograd.Function):
                 if e1 <= e0:
                     continue
                 d, msg = dst[e0:e1], _messages(x, param, src[e0:e1], rel[e0:e1], basis)
+                if ew is not None:
+                    msg.mul_(ew[e0:e1])
                 index = d.view(-1, 1, 1).expand_as(msg)
                 for a in aggs:
                     if a == "sum":
@@ -126,6 +131,8 @@ class _Propagate(torch.autograd.Function):
                         continue
                     if len(pieces) > 1:  # hub block: recompute; else ``msg`` is this piece's
                         msg = _messages(x, param, src[e0:e1], rel[e0:e1], basis)
+                        if ew is not None:
+                            msg.mul_(ew[e0:e1])
                     d = dst[e0:e1]
                     for a, t in ties.items():
                         hit = _gather(outs[a], d, 3)
@@ -134,30 +141,35 @@ class _Propagate(torch.autograd.Function):
         for a in ("max", "min"):
             if a in outs:
                 outs[a].masked_fill_(empty, 0.0)
-        ctx.save_for_backward(x, param, src, rel, dst, *[outs[a] for a in ties], *ties.values())
+        saved = [outs[a] for a in ties] + list(ties.values())
+        ctx.save_for_backward(x, param, ew, src, rel, dst, *saved)
         ctx.blocks, ctx.basis, ctx.aggs, ctx.extremes = blocks, basis, aggs, tuple(ties)
         return tuple(outs[a] for a in aggs)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, *grads):  # noqa: ANN001, ANN205
-        x, param, src, rel, dst, *rest = ctx.saved_tensors
+        x, param, ew, src, rel, dst, *rest = ctx.saved_tensors
         k = len(ctx.extremes)
         extreme = dict(zip(ctx.extremes, rest[:k], strict=True))
         ties = dict(zip(ctx.extremes, rest[k:], strict=True))
         g = {a: gr.contiguous() for a, gr in zip(ctx.aggs, grads, strict=True) if gr is not None}
-        need_x, need_p = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        need_x, need_p, need_w = ctx.needs_input_grad[:3]
         gx = torch.zeros_like(x) if need_x else None
         gp = torch.zeros_like(param) if need_p else None
-        if not g or not (need_x or need_p):
-            return gx, gp, None, None, None, None, None, None, None
-        recompute = any(a in g for a in ("sumsq", "max", "min"))
+        gw = torch.zeros_like(ew) if need_w else None
+        none7 = (None,) * 7
+        if not g or not (need_x or need_p or need_w):
+            return gx, gp, gw, *none7
+        recompute = need_w or any(a in g for a in ("sumsq", "max", "min"))
         for _r0, _r1, pieces in ctx.blocks:
             for e0, e1 in pieces:
                 if e1 <= e0:
                     continue
                 s, r, d = src[e0:e1], rel[e0:e1], dst[e0:e1]
-                msg = _messages(x, param, s, r, ctx.basis) if recompute else None
+                unweighted = msg = _messages(x, param, s, r, ctx.basis) if recompute else None
+                if ew is not None and recompute:  # the messages the outputs were reduced from
+                    msg = torch.mul(unweighted, ew[e0:e1], out=_scratch(8, unweighted.shape, x))
                 if "sum" in g:
                     gm = _gather(g["sum"], d, 4)
                 else:
@@ -171,6 +183,11 @@ class _Propagate(torch.autograd.Function):
                         )
                         hit.div_(_gather(ties[a], d, 5)).mul_(_gather(g[a], d, 5))
                         gm.add_(hit)
+                if ew is not None:  # gm = dL/d(w m); dL/dw = <gm, m>, dL/dm = w gm
+                    if need_w:
+                        t = torch.mul(gm, unweighted, out=_scratch(7, gm.shape, x)).sum(-1, True)
+                        gw[e0:e1] = t.sum(1, keepdim=True) if ew.shape[1] == 1 else t
+                    gm.mul_(ew[e0:e1])
                 xs = _gather(x, s, 0)
                 prm = _gather(param, r, 1)
                 if need_p:
@@ -182,7 +199,7 @@ class _Propagate(torch.autograd.Function):
                 if need_x:
                     gxs = torch.bmm(gm, prm, out=xs) if ctx.basis else gm.mul_(prm)
                     gx.index_add_(0, s, gxs)
-        return gx, gp, None, None, None, None, None, None, None
+        return gx, gp, gw, *none7
 
 
 def _kept_edges(graph: Graph, edge_mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -217,6 +234,7 @@ def propagate(
     message: str,
     aggregators: Sequence[str],
     edge_mask: Tensor | None = None,
+    edge_weight: Tensor | None = None,
     chunk_elements: int = 1 << 24,
     **_: object,
 ) -> dict[str, Tensor]:
@@ -225,8 +243,10 @@ def propagate(
     in 16 bits, a hub's thousands of terms lose whole percents)."""
     if x.dtype in _HALF:
         rel32 = tuple(t.float() for t in relation) if message == "basis" else relation.float()
+        w32 = edge_weight.float() if edge_weight is not None else None
         out = propagate(graph, x.float(), rel32, message=message, aggregators=aggregators,
-                        edge_mask=edge_mask, chunk_elements=chunk_elements)  # fmt: skip
+                        edge_mask=edge_mask, edge_weight=w32,
+                        chunk_elements=chunk_elements)  # fmt: skip
         return {k: v.to(x.dtype) for k, v in out.items()}
     num_nodes, batch, dim = x.shape
     basis = message == "basis"
@@ -249,7 +269,10 @@ def propagate(
     aggs = tuple(dict.fromkeys(aggregators))
     if not aggs:
         return {"degree": degree}
+    ew = None
+    if edge_weight is not None:
+        ew = edge_scale(edge_weight.to(x.dtype), edge_mask).contiguous()
     outs = _Propagate.apply(
-        x.contiguous(), param.contiguous(), src, rel, dst, degree, blocks, basis, aggs
+        x.contiguous(), param.contiguous(), ew, src, rel, dst, degree, blocks, basis, aggs
     )
     return {**dict(zip(aggs, outs, strict=True)), "degree": degree}

@@ -199,10 +199,15 @@ def propagate(
     message: str,
     aggregators: tuple[str, ...] | list[str],
     edge_mask: Tensor | None = None,
+    edge_weight: Tensor | None = None,
     max_edges: int = MAX_EDGES,
     **kwargs: object,
 ) -> dict[str, Tensor]:
-    """Fused Triton propagate; see the module docstring and docs/design.md "Ops"."""
+    """Fused Triton propagate; see the module docstring and docs/design.md "Ops".
+    Per-edge float weights are not supported (``ops.propagate(impl="auto")`` then takes the
+    reference path)."""
+    if edge_weight is not None:
+        raise ValueError("ops impl 'fused' does not support edge_weight; use impl='reference'")
     aggs = tuple(dict.fromkeys(aggregators))
     bad = [a for a in aggs if a not in AGGREGATORS]
     if bad:
