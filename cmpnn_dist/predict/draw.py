@@ -110,11 +110,10 @@ def draw_explanation(expl: Any, path: str | Path, dpi: int = 150) -> Path:
     ax.set_title(f"{query} -> {names[expl.tail]}   logit {expl.score:.3f}", fontsize=11)
     ax.margins(0.15)
     ax.axis("off")
-    fig.tight_layout()
     tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
     try:
         with matplotlib.rc_context({"svg.fonttype": "none"}):  # SVG text stays text
-            fig.savefig(tmp, dpi=dpi)
+            fig.savefig(tmp, dpi=dpi, bbox_inches="tight")
         os.replace(tmp, path)
     finally:
         plt.close(fig)
