@@ -269,10 +269,12 @@ class Predictor:
             cands = [(int(v), rank) for rank, v in enumerate(order.tolist(), start=1)]
         inverse = rel >= self.num_relations
         base = rel - self.num_relations if inverse else rel
+        ids = torch.tensor([v for v, _ in cands], dtype=torch.long)
+        picked = scores[ids].double()
+        probs = torch.sigmoid(picked).tolist()
         out = []
-        for v, rank in cands:
+        for (v, rank), score, prob in zip(cands, picked.tolist(), probs, strict=True):
             head, tail = (v, anchor) if inverse else (anchor, v)
-            score = float(scores[v])
             out.append(
                 {
                     "query_id": qid,
@@ -282,7 +284,7 @@ class Predictor:
                     "relation": self.relations.names[base],
                     "tail": self.entities.names[tail],
                     "score": score,
-                    "probability": float(torch.sigmoid(torch.tensor(score))),
+                    "probability": prob,
                     "known": SPLITS[int(codes[v]) - 1] if int(codes[v]) else "",
                     "head_id": head,
                     "tail_id": tail,
