@@ -95,16 +95,18 @@ def test_per_layer_gradients_sum_to_the_shared_weight_gradient():
     torch.testing.assert_close(grads.sum(0).double(), expected, rtol=1e-5, atol=1e-7)
 
 
-def _all_walks(graph, grads, source, target):
+def _all_paths(graph, grads, source, target, wait):
     """Brute force: every walk of 1..T edges from source that first reaches target at its
-    end (no edge leaves target), with its mean per-layer importance."""
+    end (no edge leaves target), each with its best layer assignment (strictly increasing
+    layers when ``wait``, else layer l - 1 for the l-th edge) and mean importance."""
+    num_layers = grads.shape[0]
     src, dst = graph.src.tolist(), graph.dst().tolist()
     out_edges = {}
     for e, s in enumerate(src):
         out_edges.setdefault(s, []).append(e)
-    walks = []
+    found = []
     frontier = [[]]
-    for _ in range(grads.shape[0]):
+    for _ in range(num_layers):
         nxt = []
         for walk in frontier:
             at = source if not walk else dst[walk[-1]]
@@ -113,27 +115,35 @@ def _all_walks(graph, grads, source, target):
             for e in out_edges.get(at, []):
                 nxt.append(walk + [e])
         for walk in nxt:
-            if dst[walk[-1]] == target:
-                imp = sum(float(grads[i, e]) for i, e in enumerate(walk)) / len(walk)
-                walks.append((imp, walk))
+            if dst[walk[-1]] != target:
+                continue
+            n = len(walk)
+            options = itertools.combinations(range(num_layers), n) if wait else [range(n)]
+            best = max(
+                (sum(float(grads[t, e]) for t, e in zip(ts, walk, strict=True)) / n, list(ts))
+                for ts in options
+            )
+            found.append((best[0], walk, best[1]))
         frontier = nxt
-    return sorted(walks, key=lambda w: -w[0])
+    return sorted(found, key=lambda w: -w[0])
 
 
+@pytest.mark.parametrize("wait", [True, False], ids=["wait", "nbfnet"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_beam_search_finds_the_best_walks(seed):
+def test_beam_search_finds_the_best_paths(seed, wait):
     graph = _graph(seed, num_nodes=6, num_facts=16)
     grads = torch.randn(3, graph.num_edges, generator=torch.Generator().manual_seed(seed))
     source, target = 0, 3
-    walks = _all_walks(graph, grads, source, target)
-    assert len(walks) >= 3
-    # a beam wider than every node's number of walks: exact, every walk in order
-    found = beam_search_paths(graph, grads, source, target, k=len(walks), beam=10_000)
-    assert [w for _, w in found] == [w for _, w in walks]
-    np.testing.assert_allclose([i for i, _ in found], [i for i, _ in walks], rtol=1e-6)
-    # a beam of one is still exact for the best walk (max-sum dynamic programming per length)
-    best = beam_search_paths(graph, grads, source, target, k=1, beam=1)
-    assert best[0][0] == pytest.approx(walks[0][0], rel=1e-6)
+    paths = _all_paths(graph, grads, source, target, wait)
+    assert len(paths) >= 3
+    # a beam wider than any state's number of partial paths: exact, every path in order
+    found = beam_search_paths(graph, grads, source, target, k=len(paths), beam=10_000, wait=wait)
+    assert [(w, ts) for _, w, ts in found] == [(w, ts) for _, w, ts in paths]
+    np.testing.assert_allclose([i for i, _, _ in found], [i for i, _, _ in paths], rtol=1e-6)
+    # a beam of one still finds the best path (max-sum dynamic programming per length)
+    best = beam_search_paths(graph, grads, source, target, k=1, beam=1, wait=wait)
+    assert best[0][1] == paths[0][1]
+    assert best[0][0] == pytest.approx(paths[0][0], rel=1e-6)
 
 
 def test_path_text_names_inverse_edges():
@@ -149,7 +159,7 @@ def test_path_text_names_inverse_edges():
     assert expl.path_text(expl.paths[0][1]) == "a -r1-> b <-r0- c"
     assert expl.relations_of(0) == ["r1", "r0^-1"]
     assert expl.frame().to_dict("records") == [
-        {"rank": 1, "importance": 0.5, "length": 2, "path": "a -r1-> b <-r0- c"}
+        {"rank": 1, "importance": 0.5, "length": 2, "path": "a -r1-> b <-r0- c", "layers": None}
     ]
 
 

@@ -6,7 +6,8 @@ Batch:      ``queries=FILE.tsv`` (``head<TAB>relation[<TAB>tail]``, ``?`` marks 
 to predict) and ``out=FILE.csv|.parquet`` (written to a temporary name, then renamed).
 Options:    ``topk=10``, ``known=flag|filter`` (known train / valid / test facts flagged in the
 ``known`` column, or left out), ``explain=K`` (the K most important paths of each row),
-``draw=FILE.png|.svg`` (the first row's explanation subgraph), ``weights=best|last``,
+``draw=FILE.png|.svg`` (the first row's explanation subgraph), ``beam=10`` and
+``wait=true|false`` (the path search, see explain.py), ``weights=best|last``,
 ``graph=train|test`` (inductive datasets), ``device=cpu|cuda``; any other ``key=value`` is a
 config override (e.g. ``storage_root=...``).  The table goes to stdout, then one JSON line.
 """
@@ -39,6 +40,7 @@ SPECIAL = [
     "graph",
     "device",
     "beam",
+    "wait",
 ]
 USAGE = (
     "usage: python -m cmpnn_dist.predict ckpt=PATH (head=NAME relation=NAME [tail=NAME] | "
@@ -90,6 +92,9 @@ def _main(argv: list[str]) -> dict[str, Any]:
     topk = _int(special, "topk", 10, 1)
     explain = _int(special, "explain", 0, 0)
     beam = _int(special, "beam", 10, 1)
+    wait = special.get("wait", "true").lower()
+    if wait not in ("true", "false"):
+        raise UsageError(f"wait={special['wait']!r}: choose true or false")
     known = special.get("known", "flag")
     if known not in ("flag", "filter"):
         raise UsageError(f"known={known!r}: choose flag or filter")
@@ -116,7 +121,9 @@ def _main(argv: list[str]) -> dict[str, Any]:
     seconds = time.perf_counter() - start
     if explain or draw is not None:
         k = explain or 3
-        explanations = [predictor.explain_row(r, k, beam) for r in frame.itertuples()]
+        explanations = [
+            predictor.explain_row(r, k, beam, wait == "true") for r in frame.itertuples()
+        ]
         if explain:
             frame["paths"] = [e.summary() for e in explanations]
         if draw is not None and explanations:

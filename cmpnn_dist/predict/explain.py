@@ -1,4 +1,4 @@
-"""Path explanations of one prediction from edge-weight gradients (NBFNet, Zhu et al. 2021, 5.3).
+"""Path explanations of one prediction from edge-weight gradients (NBFNet, Zhu et al. 2021).
 
 For the query ``(u, q, ?)`` and the answer v, every layer t = 0 .. T-1 gets its own edge
 weights ``w^(t) in R^|E|`` scaling the messages (``m_e <- w^(t)_e m_e``, all ones = the
@@ -6,12 +6,15 @@ trained model).  The importance of edge e at layer t is the gradient of the answ
 
     g^(t)_e = d logit(v | u, q) / d w^(t)_e   at w = 1,
 
-and the importance of a path ``u = x_0 -e_1-> x_1 ... -e_L-> x_L = v`` (L <= T) is the mean
-``(1/L) sum_l g^(l-1)_{e_l}``: its l-th edge carries the message in layer l - 1, as in the
-Bellman-Ford view of the model.  The k best paths come from a beam search: for each layer t
-and node x keep the ``beam`` best walks of length t + 1 from u to x (summed importance);
-walks stop at v (edges out of v are not followed).  Paths of every length 1..T that reach v
-are ranked by mean importance.
+and the importance of a path ``u = x_0 -e_1-> x_1 ... -e_L-> x_L = v`` (L <= T) whose l-th
+edge carries the message at layer t_l is the mean ``(1/L) sum_l g^(t_l)_{e_l}``.  NBFNet
+takes t_l = l - 1 (``wait=False``).  A C-MPNN layer keeps its input state (the
+``W_0 h^{f(t)}`` history term and the shortcut), so a message can also wait at a node: by
+default (``wait=True``) any t_1 < t_2 < ... < t_L is allowed and a path counts with its
+best layer assignment.  The k best paths come from a beam search over (layer, node, path
+length) states keeping the ``beam`` best partial paths (summed importance) of each; paths
+stop at v (edges out of v are not followed).  Paths of every length 1..T that reach v are
+ranked by mean importance.
 """
 
 from __future__ import annotations
@@ -110,60 +113,118 @@ def edge_gradients(
     return torch.stack(rows).detach().float(), float(score.detach())
 
 
+_HASH = 1_000_003  # edge-sequence hash: h' = h * _HASH + e + 1 (int64, wrapping)
+
+
+def _top_per_group(value: Tensor, group: Tensor, ident: Tensor, beam: int) -> tuple[Tensor, Tensor]:
+    """Indices of the kept candidates and their slot: the best candidate of each distinct
+    ``(group, ident)`` (an edge sequence reached twice keeps its best layer assignment), then
+    the ``beam`` best of each group, in descending value."""
+    order = torch.sort(value, descending=True, stable=True)[1]
+    _, inverse = torch.unique(
+        torch.stack([group[order], ident[order]], 1), dim=0, return_inverse=True
+    )
+    first = torch.full((int(inverse.max()) + 1,), order.numel(), device=value.device)
+    first = first.scatter_reduce(
+        0, inverse, torch.arange(order.numel(), device=value.device), "amin"
+    )
+    order = order[torch.sort(first)[0]]  # still by descending value
+    order = order[torch.sort(group[order], stable=True)[1]]
+    g = group[order]
+    counts = torch.bincount(g)
+    start = torch.cumsum(counts, 0) - counts
+    pos = torch.arange(g.numel(), device=g.device) - start[g]
+    keep = pos < beam
+    return order[keep], pos[keep]
+
+
 def beam_search_paths(
-    graph: Graph, grads: Tensor, source: int, target: int, k: int = 5, beam: int = 10
-) -> list[tuple[float, list[int]]]:
-    """The ``k`` best paths from ``source`` to ``target``: ``[(mean importance, [edge ids])]``.
+    graph: Graph,
+    grads: Tensor,
+    source: int,
+    target: int,
+    k: int = 5,
+    beam: int = 10,
+    wait: bool = True,
+) -> list[tuple[float, list[int], list[int]]]:
+    """The ``k`` best paths from ``source`` to ``target``:
+    ``[(mean importance, [edge ids], [layer of each edge])]``, best first.
+
+    A path's l-th edge is taken at layer t_l with t_1 < t_2 < ... (``wait=True``: a message
+    may wait at a node, the f(t) = t history and the shortcut keep h^(t)) or t_l = l - 1
+    (``wait=False``: NBFNet's scheme); its importance is ``mean_l grads[t_l, e_l]`` and each
+    edge sequence counts once, with its best layer assignment.  Edges out of ``target`` and
+    (edge, layer) pairs of exactly zero gradient (no influence on the logit) are not used.
+    For every layer, node and path length the ``beam`` best partial paths (by summed
+    importance) are kept; the best path of each length is exact for any ``beam``.
 
     Args:
         graph: the message graph (edge e = ``src[e] -rel[e]-> dst[e]``).
         grads: float [T, E] edge importances per layer (:func:`edge_gradients`).
-        source, target: node ids.  k: paths returned.  beam: walks kept per node and layer.
+        source, target: node ids.  k: paths returned.  beam: partial paths kept per state.
     """
-    num_nodes = graph.num_nodes
-    grads = grads.to(graph.device)
+    num_layers, num_nodes = grads.shape[0], graph.num_nodes
+    dev = graph.device
+    grads = grads.to(dev)
     src, dst = graph.src, graph.dst()
     usable = src != target
-    dist = torch.full((num_nodes, beam), float("-inf"), device=graph.device)
-    dist[source, 0] = 0.0
-    back_edge: list[Tensor] = []
-    back_slot: list[Tensor] = []
-    found: list[tuple[float, int, int]] = []  # (summed importance, length, slot)
-    for t in range(grads.shape[0]):
-        edges = torch.nonzero(usable & torch.isfinite(dist[src, 0])).squeeze(1)
-        cand = dist[src[edges]] + grads[t, edges].unsqueeze(1)  # [M, beam]
-        finite = torch.isfinite(cand)
-        e_idx, slot = torch.nonzero(finite, as_tuple=True)
-        value, e_idx = cand[e_idx, slot], edges[e_idx]
-        order = torch.sort(value, descending=True, stable=True)[1]
-        value, e_idx, slot = value[order], e_idx[order], slot[order]
-        node = dst[e_idx]
-        order = torch.sort(node, stable=True)[1]
-        value, e_idx, slot, node = value[order], e_idx[order], slot[order], node[order]
-        counts = torch.bincount(node, minlength=num_nodes)
-        first = torch.cumsum(counts, 0) - counts
-        pos = torch.arange(node.numel(), device=node.device) - first[node]
-        keep = pos < beam
-        dist = torch.full((num_nodes, beam), float("-inf"), device=graph.device)
-        edge_t = torch.full((num_nodes, beam), -1, dtype=torch.long, device=graph.device)
+    lengths = num_layers + 1  # path lengths 0..T; 0 is the empty path at the source
+    dist = torch.full((num_nodes, lengths, beam), float("-inf"), device=dev)
+    ident = torch.zeros((num_nodes, lengths, beam), dtype=torch.long, device=dev)
+    dist[source, 0, 0] = 0.0
+    backs: list[tuple[Tensor, Tensor]] = []
+    found: list[tuple[float, int, int, int]] = []  # (sum, last layer, length, slot)
+    for t in range(num_layers):
+        parts: list[tuple[Tensor, ...]] = []  # (value, node, length, ident, edge, prev slot)
+        if wait:
+            x, ln, s = torch.nonzero(torch.isfinite(dist), as_tuple=True)
+            parts.append((dist[x, ln, s], x, ln, ident[x, ln, s], torch.full_like(x, -1), s))
+        active = usable & (grads[t] != 0)
+        for ln in range(1, lengths):
+            prev = dist[:, ln - 1]
+            edges = torch.nonzero(active & torch.isfinite(prev[src, 0])).squeeze(1)
+            if edges.numel() == 0:
+                continue
+            cand = prev[src[edges]] + grads[t, edges].unsqueeze(1)
+            row, s = torch.nonzero(torch.isfinite(cand), as_tuple=True)
+            e = edges[row]
+            new_ident = ident[src[e], ln - 1, s] * _HASH + e + 1
+            parts.append((cand[row, s], dst[e], torch.full_like(e, ln), new_ident, e, s))
+        dist = torch.full_like(dist, float("-inf"))
+        edge_t = torch.full(dist.shape, -2, dtype=torch.long, device=dev)
         slot_t = torch.full_like(edge_t, -1)
-        dist[node[keep], pos[keep]] = value[keep]
-        edge_t[node[keep], pos[keep]] = e_idx[keep]
-        slot_t[node[keep], pos[keep]] = slot[keep]
-        back_edge.append(edge_t.cpu())
-        back_slot.append(slot_t.cpu())
-        at_target = dist[target].cpu()
-        for s in range(beam):
-            if torch.isfinite(at_target[s]):
-                found.append((float(at_target[s]), t + 1, s))
+        if parts:
+            value, node, ln, idn, edge, slot = (torch.cat(c) for c in zip(*parts, strict=True))
+            keep, pos = _top_per_group(value, node * lengths + ln, idn, beam)
+            where = (node[keep], ln[keep], pos)
+            dist[where] = value[keep]
+            ident[where] = idn[keep]
+            edge_t[where] = edge[keep]
+            slot_t[where] = slot[keep]
+        backs.append((edge_t.cpu(), slot_t.cpu()))
+        if not wait:  # NBFNet: paths of length t + 1 end at layer t
+            ends = dist[target, t + 1].cpu()
+            found += [(float(v), t, t + 1, s) for s, v in enumerate(ends.tolist()) if v > -1e300]
+    if wait:
+        ends = dist[target].cpu()
+        found += [
+            (float(ends[ln, s]), num_layers - 1, ln, s)
+            for ln in range(1, lengths)
+            for s in range(beam)
+            if torch.isfinite(ends[ln, s])
+        ]
+    src_cpu = src.cpu()
     paths = []
-    for total, length, s in found:
-        node, edges = target, []
-        for t in range(length - 1, -1, -1):
-            e = int(back_edge[t][node, s])
-            edges.append(e)
-            node, s = int(src[e]), int(back_slot[t][node, s])
-        paths.append((total / length, edges[::-1]))
+    for total, last, length, s in found:
+        node, ln, edges, layers = target, length, [], []
+        for t in range(last, -1, -1):
+            e, prev_slot = int(backs[t][0][node, ln, s]), int(backs[t][1][node, ln, s])
+            if e >= 0:
+                edges.append(e)
+                layers.append(t)
+                node, ln = int(src_cpu[e]), ln - 1
+            s = prev_slot
+        paths.append((total / length, edges[::-1], layers[::-1]))
     paths.sort(key=lambda p: -p[0])
     return paths[:k]
 
@@ -172,7 +233,8 @@ def beam_search_paths(
 class Explanation:
     """The paths explaining the answer ``tail`` of ``(head, relation, ?)`` (ids; ``relation``
     in [0, 2|R|)) with names; ``paths``: ``[(mean importance, [(src, rel, dst) edges])]``
-    with ``rel`` in [0, 2|R|) (``>= |R|``: an inverse edge, the fact ``(dst, rel - |R|, src)``).
+    with ``rel`` in [0, 2|R|) (``>= |R|``: an inverse edge, the fact ``(dst, rel - |R|, src)``);
+    ``layers[i]``: the layer at which each edge of path i carries its message.
     """
 
     head: int
@@ -182,6 +244,7 @@ class Explanation:
     paths: list[tuple[float, list[tuple[int, int, int]]]]
     entity_names: list[str] = field(repr=False)
     relation_names: list[str] = field(repr=False)
+    layers: list[list[int]] = field(default_factory=list)
 
     @property
     def num_relations(self) -> int:
@@ -205,14 +268,21 @@ class Explanation:
         return "".join(self.edge_text(e, i == 0) for i, e in enumerate(edges))
 
     def frame(self) -> pd.DataFrame:
-        """One row per path: ``rank``, ``importance``, ``length``, ``path`` (names)."""
-        return pd.DataFrame(
-            [
-                {"rank": i, "importance": imp, "length": len(p), "path": self.path_text(p)}
-                for i, (imp, p) in enumerate(self.paths, start=1)
-            ],
-            columns=["rank", "importance", "length", "path"],
-        )
+        """One row per path: ``rank``, ``importance``, ``length``, ``path`` (names),
+        ``layers`` (the layer of each edge, when known)."""
+        rows = []
+        for i, (imp, p) in enumerate(self.paths):
+            layers = self.layers[i] if i < len(self.layers) else None
+            rows.append(
+                {
+                    "rank": i + 1,
+                    "importance": imp,
+                    "length": len(p),
+                    "path": self.path_text(p),
+                    "layers": layers,
+                }
+            )
+        return pd.DataFrame(rows, columns=["rank", "importance", "length", "path", "layers"])
 
     def summary(self) -> str:
         """The paths on one line: ``importance: path | ...``."""
@@ -233,16 +303,22 @@ class Explanation:
 
 
 def explain_fact(
-    predictor: Any, head: int, relation: int, tail: int, k: int = 5, beam: int = 10
+    predictor: Any,
+    head: int,
+    relation: int,
+    tail: int,
+    k: int = 5,
+    beam: int = 10,
+    wait: bool = True,
 ) -> Explanation:
     """:class:`Explanation` of the answer ``tail`` to ``(head, relation, ?)`` on the
     predictor's graph; ``relation`` in [0, 2|R|)."""
     graph = predictor.graph
     grads, score = edge_gradients(predictor.model, graph, head, relation, tail)
-    found = beam_search_paths(graph, grads, head, tail, k=k, beam=max(beam, k))
+    found = beam_search_paths(graph, grads, head, tail, k=k, beam=max(beam, k), wait=wait)
     src, rel, dst = graph.src.cpu(), graph.rel.cpu(), graph.dst().cpu()
     paths = [
-        (imp, [(int(src[e]), int(rel[e]), int(dst[e])) for e in edges]) for imp, edges in found
+        (imp, [(int(src[e]), int(rel[e]), int(dst[e])) for e in edges]) for imp, edges, _ in found
     ]
     return Explanation(
         head,
@@ -252,4 +328,5 @@ def explain_fact(
         paths,
         predictor.entities.names,
         predictor.relations.names,
+        [layers for _, _, layers in found],
     )

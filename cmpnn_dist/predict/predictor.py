@@ -240,9 +240,9 @@ class Predictor:
             return int(row.tail_id), rel + self.num_relations, int(row.head_id)
         return int(row.head_id), rel, int(row.tail_id)
 
-    def explain_row(self, row: Any, k: int = 5, beam: int = 10) -> Any:
+    def explain_row(self, row: Any, k: int = 5, beam: int = 10, wait: bool = True) -> Any:
         """The :class:`~cmpnn_dist.predict.explain.Explanation` of one result row."""
-        return self.explain_ids(*self.row_query(row), k=k, beam=beam)
+        return self.explain_ids(*self.row_query(row), k=k, beam=beam, wait=wait)
 
     def _rows(
         self,
@@ -301,27 +301,36 @@ class Predictor:
         k: int = 5,
         beam: int = 10,
         target: str = "tail",
+        wait: bool = True,
     ) -> Any:
         """The ``k`` most important paths explaining the fact ``(head, relation, tail)`` as the
         answer of ``(head, relation, ?)`` (``target="tail"``, paths from head to tail) or of
         ``(?, relation, tail)`` (``target="head"``, paths from tail to head through the
-        inverse relation): an :class:`~cmpnn_dist.predict.explain.Explanation`."""
+        inverse relation): an :class:`~cmpnn_dist.predict.explain.Explanation`.
+        ``beam``: partial paths kept per search state; ``wait=False``: NBFNet's layering
+        (the l-th edge at layer l - 1) instead of any increasing layers."""
         if target not in ("tail", "head"):
             raise UsageError(f"target={target!r}: choose tail or head")
         h, r, t = self.resolve(Query(head, relation, tail))
         assert t is not None
         if target == "head":
-            return self.explain_ids(t, r + self.num_relations, h, k, beam)
-        return self.explain_ids(h, r, t, k, beam)
+            return self.explain_ids(t, r + self.num_relations, h, k, beam, wait)
+        return self.explain_ids(h, r, t, k, beam, wait)
 
     def explain_ids(
-        self, anchor: int, relation: int, answer: int, k: int = 5, beam: int = 10
+        self,
+        anchor: int,
+        relation: int,
+        answer: int,
+        k: int = 5,
+        beam: int = 10,
+        wait: bool = True,
     ) -> Any:
         """:meth:`explain` by ids: the answer ``answer`` of ``(anchor, relation, ?)``,
         ``relation`` in [0, 2|R|)."""
         from cmpnn_dist.predict.explain import explain_fact
 
-        return explain_fact(self, anchor, relation, answer, k=k, beam=beam)
+        return explain_fact(self, anchor, relation, answer, k=k, beam=beam, wait=wait)
 
 
 def _queries_from(queries: pd.DataFrame | Iterable[Query]) -> list[Query]:
