@@ -16,23 +16,35 @@ from typing import Any
 PALETTE = ["#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2"]
 
 
+def _lane(i: int) -> int:
+    """0, 1, -1, 2, -2, ...: the row of path i's new nodes."""
+    return 0 if i == 0 else (i + 1) // 2 * (1 if i % 2 else -1)
+
+
 def _layout(expl: Any) -> dict[int, tuple[float, float]]:
-    """x = hop index along the first (best) path through the node, y spread per column."""
-    column: dict[int, float] = {expl.head: 0.0}
+    """x: the hop index along the first (best) path through the node, scaled so that every
+    path spans the query entity (x = 0) to the answer (x = longest path length); y: the best
+    path on row 0, the new nodes of path i on row 1, -1, 2, -2, ... (moved further out when
+    the spot is taken)."""
     longest = max((len(p) for _, p in expl.paths), default=1)
-    for _, edges in expl.paths:
-        for i, (_, _, d) in enumerate(edges, start=1):
-            if d == expl.tail:
-                continue
-            column.setdefault(d, i * longest / len(edges))
-    column[expl.tail] = float(longest)
-    by_x: dict[float, list[int]] = {}
-    for node, x in column.items():
-        by_x.setdefault(x, []).append(node)
-    pos = {}
-    for x, nodes in by_x.items():
-        for j, node in enumerate(nodes):
-            pos[node] = (x, (len(nodes) - 1) / 2 - j)
+    pos: dict[int, tuple[float, float]] = {
+        expl.head: (0.0, 0.0),
+        expl.tail: (float(longest), 0.0),
+    }
+    taken = set(pos.values())
+    for i, (_, edges) in enumerate(expl.paths):
+        lane = _lane(i)
+        for hop, (s, _, d) in enumerate(edges, start=1):
+            for node in (s, d):
+                if node in pos:
+                    continue
+                x = round(hop * longest / len(edges), 3) if node == d else 0.0
+                y = float(lane)
+                step = 1.0 if lane >= 0 else -1.0
+                while (x, y) in taken:
+                    y += step
+                pos[node] = (x, y)
+                taken.add((x, y))
     return pos
 
 
@@ -61,7 +73,8 @@ def draw_explanation(expl: Any, path: str | Path, dpi: int = 150) -> Path:
                 graph.add_edge(s, d, key=rel)
     pos = _layout(expl)
     width = max(6.0, 2.6 * (max(x for x, _ in pos.values()) + 1))
-    height = max(3.0, 1.3 * (max(abs(y) for _, y in pos.values()) * 2 + 2))
+    ys = [y for _, y in pos.values()]
+    height = max(3.0, 1.3 * (max(ys) - min(ys) + 2))
     fig, ax = plt.subplots(figsize=(width, height))
     colors = [
         "#ffd54f" if n == expl.head else "#81c784" if n == expl.tail else "#e0e0e0"
@@ -103,9 +116,12 @@ def draw_explanation(expl: Any, path: str | Path, dpi: int = 150) -> Path:
         plt.Line2D([0], [0], color=PALETTE[i % len(PALETTE)], lw=4.0 if i == 0 else 2.0)
         for i in range(len(expl.paths))
     ]
-    labels = [f"#{i + 1}  {imp:.3g}" for i, (imp, _) in enumerate(expl.paths)]
+    labels = [
+        f"#{i + 1}  {imp:.3g}   {' / '.join(expl.relations_of(i))}"
+        for i, (imp, _) in enumerate(expl.paths)
+    ]
     if legend:
-        ax.legend(legend, labels, title="path  importance", loc="best", fontsize=8)
+        ax.legend(legend, labels, title="path  importance  relations", loc="best", fontsize=8)
     query = f"({names[expl.head]}, {expl.relation_label(expl.relation)}, ?)"
     ax.set_title(f"{query} -> {names[expl.tail]}   logit {expl.score:.3f}", fontsize=11)
     ax.margins(0.15)
