@@ -182,6 +182,17 @@ def test_unknown_names_raise_with_suggestions(predictor):
         predictor.predict(head="A::1", relation="t0", known="maybe")
 
 
+def _run(*args: str, capsys) -> tuple[int, str, str]:
+    """The CLI in this process: ``run_cli`` as ``main()`` calls it -> (status, stdout, stderr)."""
+    from cmpnn_dist.cli import run_cli
+    from cmpnn_dist.predict.__main__ import _main
+
+    capsys.readouterr()
+    status = run_cli(_main, list(args))
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     return subprocess.run(
@@ -194,8 +205,8 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
-def test_cli_unknown_name_is_one_error_line(run_dir, tmp_path):
-    res = _cli(f"ckpt={run_dir}", "head=A::1x", "relation=t0", cwd=tmp_path)
+def test_cli_unknown_name_is_one_error_line(run_dir, tmp_path, capsys):
+    res = _cli(f"ckpt={run_dir}", "head=A::1x", "relation=t0", cwd=tmp_path)  # a real process
     assert res.returncode == 2, res.stderr
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr
@@ -203,15 +214,17 @@ def test_cli_unknown_name_is_one_error_line(run_dir, tmp_path):
     assert res.stdout == ""
     queries = tmp_path / "q.tsv"
     queries.write_text("head\trelation\ttail\nA::1\tt0\t?\n?\tb9\tC::3\n")
-    res = _cli(f"ckpt={run_dir}", f"queries={queries}", f"out={tmp_path / 'o.csv'}", cwd=tmp_path)
-    assert res.returncode == 2
-    lines = res.stderr.strip().splitlines()
+    status, out, err = _run(
+        f"ckpt={run_dir}", f"queries={queries}", f"out={tmp_path / 'o.csv'}", capsys=capsys
+    )
+    assert status == 2 and out == ""
+    lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: unknown relation 'b9' ({queries}:3)")
     assert "closest: b" in lines[0]
     assert not (tmp_path / "o.csv").exists()
 
 
-def test_cli_batch_writes_csv_and_parquet_equal_to_the_api(run_dir, predictor, tmp_path):
+def test_cli_batch_writes_csv_and_parquet_equal_to_the_api(run_dir, predictor, tmp_path, capsys):
     queries = tmp_path / "q.tsv"
     queries.write_text("A::1\tt0\n?\tt0\tC::3\nA::2\tt1\t?\nA::1\tt0\t?\n")
     expected = predictor.predict_batch(
@@ -221,8 +234,10 @@ def test_cli_batch_writes_csv_and_parquet_equal_to_the_api(run_dir, predictor, t
     )
     for name in ("out.parquet", "out.csv"):
         out = tmp_path / name
-        res = _cli(f"ckpt={run_dir}", f"queries={queries}", f"out={out}", "topk=3", cwd=tmp_path)
-        assert res.returncode == 0, res.stderr
+        status, _, err = _run(
+            f"ckpt={run_dir}", f"queries={queries}", f"out={out}", "topk=3", capsys=capsys
+        )
+        assert status == 0, err
         got = pd.read_parquet(out) if name.endswith("parquet") else pd.read_csv(out)
         got["known"] = got["known"].fillna("")
         cols = ["query_id", "target", "rank", "head", "relation", "tail", "known"]
@@ -287,21 +302,21 @@ def test_top_explanation_path_follows_the_rule(predictor, facts, wait):
 
 
 @needs_edge_weight
-def test_cli_explain_and_draw(run_dir, predictor, facts, tmp_path):
+def test_cli_explain_and_draw(run_dir, predictor, facts, tmp_path, capsys):
     names = predictor.entities.names
     h, _, t = _held_out(predictor, facts, "t0")[0]
     svg, png = tmp_path / "e.svg", tmp_path / "e.png"
-    res = _cli(
+    status, out, err = _run(
         f"ckpt={run_dir}",
         f"head={names[h]}",
         "relation=t0",
         f"tail={names[t]}",
         "explain=2",
         f"draw={svg}",
-        cwd=tmp_path,
+        capsys=capsys,
     )
-    assert res.returncode == 0, res.stderr
-    assert f"{names[h]} -b0-> " in res.stdout and f" -b1-> {names[t]}" in res.stdout
+    assert status == 0, err
+    assert f"{names[h]} -b0-> " in out and f" -b1-> {names[t]}" in out
     text = svg.read_text()
     for label in (names[h], names[t], "b0", "b1"):
         assert label in text
