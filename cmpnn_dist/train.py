@@ -49,13 +49,28 @@ def summarize(result: Any) -> dict[str, Any]:
         "test": result.test,
         "resumed_from_step": result.resumed_from_step,
     }
-    print(
-        f"done: {out['run_dir']}  valid mrr {result.best_valid.get('mrr', float('nan')):.4f}  "
-        f"test mrr {result.test.get('mrr', float('nan')):.4f}  "
-        f"hits@10 {result.test.get('hits@10', float('nan')):.4f}",
-        file=sys.stderr,
-    )
+    print(summary_table(out), file=sys.stderr)
     return out
+
+
+def summary_table(out: dict[str, Any]) -> str:
+    """The end-of-run table a person reads: each metric's best-valid and test value."""
+    splits = [s for s in ("valid", "test") if out.get(s)]
+    keys = [
+        k
+        for k in ("mrr", "hits@1", "hits@3", "hits@10", "hits@10_50", "mr")
+        if any(k in out[s] for s in splits)
+    ]
+    keys += sorted({k for s in splits for k in out[s]} - set(keys) - {"num_queries"})
+    lines = [f"done: {out['run_dir']}"]
+    if splits:
+        lines.append(f"  {'metric':<12}" + "".join(f"{s:>10}" for s in splits))
+        for k in keys:
+            cells = "".join(f"{out[s][k]:>10.4f}" if k in out[s] else f"{'-':>10}" for s in splits)
+            lines.append(f"  {k:<12}{cells}")
+        queries = [f"{s} {int(out[s].get('num_queries', 0))}" for s in splits]
+        lines.append(f"  rankings: {', '.join(queries)} (both directions)")
+    return "\n".join(lines)
 
 
 def _main(argv: list[str]) -> dict[str, Any]:

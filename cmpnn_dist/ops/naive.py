@@ -6,6 +6,7 @@ whose rows without a kept in-edge are then set to 0.  (A zero base with
 ``include_self=False`` would be wrong for gradients: torch then still counts the base as a
 tie when the maximum is exactly 0.)  The gradient of a max / min is shared evenly between
 tied edges.  Equations: see :mod:`cmpnn_dist.ops`.
+Any registered message function works (:mod:`cmpnn_dist.ops.messages`).
 Memory is O(|E| B d): use it on small graphs only.
 """
 
@@ -17,23 +18,19 @@ import torch
 from torch import Tensor
 
 from cmpnn_dist.graph import Graph
+from cmpnn_dist.ops.messages import EdgeMessage, as_params, get_message
 
 
 def messages(
-    x_src: Tensor, rel: Tensor, relation: Tensor | tuple[Tensor, Tensor], message: str
+    x_src: Tensor,
+    rel: Tensor,
+    relation: Tensor | tuple[Tensor, ...],
+    message: str | EdgeMessage,
 ) -> Tensor:
-    """Messages of edges with source states ``x_src`` [E, B, d] and relations ``rel`` [E].
-
-    ``mul``: ``x_src * relation[rel]`` (relation [R2, d] or [B, R2, d]);
-    ``basis``: ``W[rel] x_src`` with ``W = einsum(coef, bases)`` [R2, d, d].  Returns [E, B, d].
-    """
-    if message == "mul":
-        if relation.dim() == 2:
-            return x_src * relation[rel].unsqueeze(1)
-        return x_src * relation[:, rel, :].transpose(0, 1)
-    bases, coef = relation
-    weights = torch.einsum("rk,kij->rij", coef, bases)
-    return torch.einsum("eij,ebj->ebi", weights[rel], x_src)
+    """Messages of edges with source states ``x_src`` [E, B, d] and relations ``rel`` [E]:
+    the registered message function's ``compute`` (:mod:`cmpnn_dist.ops.messages`), e.g.
+    ``mul``: ``x_src * relation[rel]``; ``basis``: ``W[rel] x_src``.  Returns [E, B, d]."""
+    return get_message(message).compute(x_src, rel, as_params(relation))
 
 
 def edge_scale(edge_weight: Tensor, edge_mask: Tensor | None) -> Tensor:
@@ -49,9 +46,9 @@ def edge_scale(edge_weight: Tensor, edge_mask: Tensor | None) -> Tensor:
 def propagate(
     graph: Graph,
     x: Tensor,
-    relation: Tensor | tuple[Tensor, Tensor],
+    relation: Tensor | tuple[Tensor, ...],
     *,
-    message: str,
+    message: str | EdgeMessage,
     aggregators: Sequence[str],
     edge_mask: Tensor | None = None,
     edge_weight: Tensor | None = None,

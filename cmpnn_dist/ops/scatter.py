@@ -26,6 +26,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from cmpnn_dist.graph import Graph
+from cmpnn_dist.ops.messages import as_params
 from cmpnn_dist.ops.naive import edge_scale, messages
 
 try:
@@ -61,8 +62,7 @@ def _block(
     aggregators: tuple[str, ...],
     scale: Tensor | None = None,
 ) -> tuple[Tensor, ...]:
-    relation = rel_params[0] if message == "mul" else rel_params
-    msg = messages(x[src], rel, relation, message)
+    msg = messages(x[src], rel, rel_params, message)
     if scale is not None:  # kept edges' weights [E_blk, B or 1, 1]
         msg = msg * scale
     outs = []
@@ -79,7 +79,7 @@ def _block(
 def propagate(
     graph: Graph,
     x: Tensor,
-    relation: Tensor | tuple[Tensor, Tensor],
+    relation: Tensor | tuple[Tensor, ...],
     *,
     message: str,
     aggregators: Sequence[str],
@@ -94,7 +94,7 @@ def propagate(
     dev = x.device
     indptr = graph.indptr.to(dev)
     src, rel = graph.src.to(dev), graph.rel.to(dev)
-    rel_params = (relation,) if message == "mul" else tuple(relation)
+    rel_params = as_params(relation)
     if edge_mask is not None:
         cs = torch.zeros(graph.num_edges + 1, dtype=torch.long, device=dev)
         cs[1:] = torch.cumsum(edge_mask.to(dev).long(), 0)
