@@ -32,7 +32,11 @@ from cmpnn_dist.graph import Graph
 
 
 def supports_edge_weight(model: nn.Module) -> bool:
-    """True when the model's layers take per-edge weights (``edge_weight=``)."""
+    """True for a C-MPNN whose layers take per-edge weights (``edge_weight=``)."""
+    from cmpnn_dist.model.cmpnn import CMPNN
+
+    if not isinstance(model, CMPNN):
+        return False
     layers = getattr(model, "layers", None)
     if not layers:
         return False
@@ -55,8 +59,8 @@ def weighted_score(
 
     if not supports_edge_weight(model):
         raise UsageError(
-            "path explanations need per-edge weights in message passing (edge_weight=), "
-            "which this build's model layers do not take"
+            "path explanations need a C-MPNN (model.family=cmpnn) whose layers take per-edge "
+            f"weights (edge_weight=); this model is a {type(model).__name__}"
         )
     if len(weights) != len(model.layers):
         raise ValueError(f"{len(model.layers)} layers but {len(weights)} weight tensors")

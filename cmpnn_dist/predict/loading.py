@@ -16,7 +16,7 @@ def load_model(path: Path, overrides: list[str], weights: str = "best") -> tuple
     ``weights``: ``best`` (by validation MRR, when the checkpoint holds it) or ``last``.
     """
     from cmpnn_dist.evaluate import config_from_checkpoint, resolve_checkpoint
-    from cmpnn_dist.model import CMPNN
+    from cmpnn_dist.model.build import build_model
     from cmpnn_dist.storage import open_dataset
     from cmpnn_dist.training.checkpoint import load_checkpoint
 
@@ -28,7 +28,16 @@ def load_model(path: Path, overrides: list[str], weights: str = "best") -> tuple
     state = load_checkpoint(ckpt)
     cfg = config_from_checkpoint(state.get("config", {}), overrides)
     ds = open_dataset(ensure_dataset(cfg))
-    model = CMPNN(cfg.model, int(ds.num_relations), cfg.ops)
+    try:
+        model = build_model(
+            cfg.model,
+            cfg.ops,
+            int(ds.num_relations),
+            ds.graph_data("train").num_nodes,
+            bool(ds.inductive),
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
     best = (state.get("best") or {}).get("state")
     params = best if (weights == "best" and best is not None) else state["model"]
     try:
