@@ -112,7 +112,12 @@ class Predictor:
         """
         from cmpnn_dist.predict.loading import load_model
 
-        model, cfg, ds = load_model(Path(path).expanduser(), list(overrides), weights)
+        overrides = list(overrides)
+        if not any(o.split("=", 1)[0].lstrip("+") == "train.device" for o in overrides):
+            # where it trained does not matter here (a CUDA run can predict on a laptop)
+            kind = "auto" if device is None else str(device).split(":")[0]
+            overrides.append(f"train.device={kind if kind in ('cpu', 'cuda') else 'auto'}")
+        model, cfg, ds = load_model(Path(path).expanduser(), overrides, weights)
         if device is None:
             use_cuda = torch.cuda.is_available() and cfg.train.device != "cpu"
             device = "cuda" if use_cuda else "cpu"
