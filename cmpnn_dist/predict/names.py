@@ -7,8 +7,13 @@ closest known names (``difflib``), so a typo costs one readable line, never a tr
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
 
 from cmpnn_dist.cli import UsageError
 
@@ -89,4 +94,29 @@ def read_queries(path: Path) -> list[Query]:
         )
     if not out:
         raise UsageError(f"{path}: no queries in the file")
+    return out
+
+
+def queries_from(queries: pd.DataFrame | Iterable[Query]) -> list[Query]:
+    """A list of :class:`Query` from a list, or from a DataFrame with columns ``head``,
+    ``relation`` and optionally ``tail`` (``?``, empty or NaN: the entity to predict)."""
+    if not isinstance(queries, pd.DataFrame):
+        return list(queries)
+    missing = [c for c in ("head", "relation") if c not in queries.columns]
+    if missing:
+        raise UsageError(f"queries table lacks column(s) {missing}; needs head, relation[, tail]")
+
+    def name(x: Any) -> str | None:
+        if x is None or (isinstance(x, float) and np.isnan(x)):
+            return None
+        s = str(x).strip()
+        return None if s in ("", "?") else s
+
+    tails = queries["tail"] if "tail" in queries.columns else [None] * len(queries)
+    out = []
+    for i, (h, r, t) in enumerate(zip(queries["head"], queries["relation"], tails, strict=True)):
+        rel = name(r)
+        if rel is None:
+            raise UsageError(f"queries row {i}: the relation is missing")
+        out.append(Query(name(h), rel, name(t), f"row {i}"))
     return out

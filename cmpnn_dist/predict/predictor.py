@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from cmpnn_dist.cli import UsageError
 from cmpnn_dist.evaluation.ranking import AnswerIndex
-from cmpnn_dist.predict.names import NameIndex, Query
+from cmpnn_dist.predict.names import NameIndex, Query, queries_from
 
 KNOWN_MODES = ("flag", "filter")
 SPLITS = ("train", "valid", "test")
@@ -207,7 +207,7 @@ class Predictor:
             raise UsageError(f"known={known!r}: choose one of {list(KNOWN_MODES)}")
         if topk < 1:
             raise UsageError(f"topk must be >= 1, got {topk}")
-        qs = _queries_from(queries)
+        qs = queries_from(queries)
         resolved = [self.resolve(q) for q in qs]
         keys = {}
         for anchor, rel, _ in resolved:
@@ -336,26 +336,3 @@ class Predictor:
         from cmpnn_dist.predict.explain import explain_fact
 
         return explain_fact(self, anchor, relation, answer, k=k, beam=beam, wait=wait)
-
-
-def _queries_from(queries: pd.DataFrame | Iterable[Query]) -> list[Query]:
-    if not isinstance(queries, pd.DataFrame):
-        return list(queries)
-    missing = [c for c in ("head", "relation") if c not in queries.columns]
-    if missing:
-        raise UsageError(f"queries table lacks column(s) {missing}; needs head, relation[, tail]")
-
-    def name(x: Any) -> str | None:
-        if x is None or (isinstance(x, float) and np.isnan(x)):
-            return None
-        s = str(x).strip()
-        return None if s in ("", "?") else s
-
-    tails = queries["tail"] if "tail" in queries.columns else [None] * len(queries)
-    out = []
-    for i, (h, r, t) in enumerate(zip(queries["head"], queries["relation"], tails, strict=True)):
-        rel = name(r)
-        if rel is None:
-            raise UsageError(f"queries row {i}: the relation is missing")
-        out.append(Query(name(h), rel, name(t), f"row {i}"))
-    return out
