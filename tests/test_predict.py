@@ -324,3 +324,19 @@ def test_cli_explain_and_draw(run_dir, predictor, facts, tmp_path, capsys):
     import matplotlib.image
 
     assert matplotlib.image.imread(png).shape[0] > 100
+
+
+@pytest.mark.gpu
+def test_cuda_predictions_and_explanations_equal_the_cpus(run_dir, predictor, facts):
+    gpu = Predictor.from_checkpoint(run_dir, device="cuda")
+    assert gpu.device.type == "cuda"
+    names, rels = predictor.entities.names, predictor.relations.names
+    queries = [Query(names[h], rels[r], None) for h, r, _ in facts["test"][:20]]
+    on_cpu, on_gpu = predictor.predict_batch(queries, topk=5), gpu.predict_batch(queries, topk=5)
+    np.testing.assert_allclose(on_gpu["score"], on_cpu["score"], rtol=1e-4, atol=1e-4)
+    assert (on_gpu["tail"] == on_cpu["tail"]).mean() >= 0.95  # near-ties may swap
+    h, r, t = facts["test"][0]
+    a = predictor.explain(names[h], rels[r], names[t], k=2)
+    b = gpu.explain(names[h], rels[r], names[t], k=2)
+    assert a.relations_of(0) == b.relations_of(0)
+    np.testing.assert_allclose([i for i, _ in b.paths], [i for i, _ in a.paths], rtol=1e-3)
