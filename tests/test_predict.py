@@ -320,6 +320,10 @@ def test_cli_explain_and_draw(run_dir, predictor, facts, tmp_path, capsys):
     text = svg.read_text()
     for label in (names[h], names[t], "b0", "b1"):
         assert label in text
+    # a head-prediction row is explained from the tail, through the inverse relation
+    row = predictor.predict(tail=names[t], relation="t0", topk=1, explain=1)
+    assert row["target"].iloc[0] == "head"
+    assert row["paths"].iloc[0].split(": ", 1)[1].startswith(f"{names[t]} <-b1- ")
     predictor.explain(names[h], "t0", names[t], k=2).draw(png)
     import matplotlib.image
 
