@@ -259,3 +259,18 @@ def test_synthetic_params_are_recorded_and_compared(tmp_path, capsys):
     ensure_dataset(compose_config("trisqr", [*base, "+data.synthetic.num_pairs=6"]))
     assert "data.synthetic {'num_pairs': 4} -> {'num_pairs': 6}" in capsys.readouterr().err
     assert torch.is_tensor(load_train_data(open_dataset(path)).test.queries)
+
+
+def test_fb237_with_a_wrong_data_root_is_refused(tmp_path, shared_data):
+    """The issue's example: ``conf=fb237_ind_v1 data_root=/nope`` used to train on the copy."""
+    from cmpnn_dist.train import _main
+
+    storage = f"storage_root={tmp_path}"
+    path = ensure_dataset(compose_config("fb237_ind_v1", [storage]))
+    assert sorted(record(path)["files"]) == [
+        "../fb237_v1_ind/test.txt", "../fb237_v1_ind/train.txt", "../fb237_v1_ind/valid.txt",
+        "test.txt", "train.txt", "valid.txt",
+    ]  # fmt: skip
+    with pytest.raises(UsageError, match=r"/nope/inductive/fb237_v1 does not exist"):
+        ensure_dataset(compose_config("fb237_ind_v1", [storage, "data_root=/nope"]))
+    assert run_cli(_main, ["conf=fb237_ind_v1", storage, "data_root=/nope"]) == 2
