@@ -241,9 +241,21 @@ def test_legacy_dataset_without_record(tmp_path, raw, capsys):
     del manifest["source"]["record"]
     (path / "manifest.json").write_text(json.dumps(manifest))
     capsys.readouterr()
+    with pytest.raises(UsageError, match="does not exist"):  # no source: not rebuilt either
+        ensure_dataset(config(tmp_path, tmp_path / "nope"))
     ensure_dataset(config(tmp_path, raw))  # same source as the config: rebuilt once
     assert "before source records existed" in capsys.readouterr().err
     assert "record" in json.loads((path / "manifest.json").read_text())["source"]
+
+    # converted from another source than the config names (no record): used, with a note
+    manifest = json.loads((path / "manifest.json").read_text())
+    del manifest["source"]["record"]
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    cfg = compose_config("default", [f"storage_root={tmp_path / 'storage'}", "data.name=mini"])
+    assert ensure_dataset(cfg) == path
+    err = capsys.readouterr().err
+    assert "was built from tsv:transductive before source records existed; used as is" in err
+    assert "record" not in json.loads((path / "manifest.json").read_text())["source"]
 
 
 def test_synthetic_params_are_recorded_and_compared(tmp_path, capsys):

@@ -268,6 +268,11 @@ def plan(path: Path, wanted: BuildSpec, force: bool = False) -> Plan:
                 "used as is (data.rebuild=true rebuilds it from the config)"
             )
             return Plan("use", "", wanted, cached=True, note=note)
+        legacy = {"raw_path": (manifest.get("source") or {}).get("raw_path")}
+        try:
+            source_files(wanted)
+        except SourceMissing as exc:
+            return Plan("error", _missing_line(path, wanted, legacy, exc), wanted, cached=True)
         return Plan("build", "it was built before source records existed", wanted, cached=True)
     name = None
     spec = wanted
