@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -54,7 +55,9 @@ def _fmt_s(s: float) -> str:
     return f"{s / 3600:.1f} h"
 
 
-def measure(preset: str, storage: Path, steps: int, eval_facts: int) -> dict:
+def measure(
+    preset: str, storage: Path, steps: int, eval_facts: int, batch: int | None = None
+) -> dict:
     from cmpnn_dist.cli import UsageError, compose_config, ensure_dataset
     from cmpnn_dist.storage import open_dataset
     from cmpnn_dist.training.context import LocalContext
@@ -64,6 +67,9 @@ def measure(preset: str, storage: Path, steps: int, eval_facts: int) -> dict:
 
     load0 = os.getloadavg()[0]
     cfg = compose_config(preset, [f"storage_root={storage}", "train.device=cpu"])
+    preset_batch = cfg.train.batch_size
+    if batch is not None and batch < preset_batch:  # too big for this machine's memory:
+        cfg.train.batch_size = batch  # time a smaller batch, scale the step time linearly
     t0 = time.perf_counter()
     try:
         path = ensure_dataset(cfg, progress=False)
@@ -78,9 +84,10 @@ def measure(preset: str, storage: Path, steps: int, eval_facts: int) -> dict:
     t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(steps):
         trainer.train_step(trainer.model)
-    step_s = (time.perf_counter() - t0) / steps
-    step_cpu = (time.process_time() - c0) / steps
-    spe = trainer.sampler.steps_per_epoch
+    scale = preset_batch / cfg.train.batch_size
+    step_s = (time.perf_counter() - t0) / steps * scale
+    step_cpu = (time.process_time() - c0) / steps * scale
+    spe = len(data.train.queries) // preset_batch  # as QuerySampler.steps_per_epoch
     valid = data.valid if len(data.valid.queries) else data.test
     n = min(eval_facts, len(valid.queries))
     sub = SplitData(valid.graph, valid.queries[:n], valid.filter_triples)
@@ -114,7 +121,9 @@ def measure(preset: str, storage: Path, steps: int, eval_facts: int) -> dict:
         "train_facts": len(data.train.queries),
         "valid_facts": len(data.valid.queries),
         "test_facts": len(data.test.queries),
-        "batch_size": tc.batch_size,
+        "batch_size": preset_batch,
+        "batch_timed": tc.batch_size,
+        "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
         "aggregate": cfg.model.aggregate,
         "steps_per_epoch": spe,
         "epochs": tc.epochs,
@@ -137,6 +146,10 @@ def main() -> None:
     parser.add_argument(
         "--merge", action="store_true", help="keep the other presets' rows of the last results"
     )
+    parser.add_argument(
+        "--batch", type=int, default=None,
+        help="time this smaller batch and scale the step time (presets too big for RAM)",
+    )  # fmt: skip
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--storage", type=Path, default=None, help="default: a temp folder")
     args = parser.parse_args()
@@ -149,7 +162,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="preset_times_") as tmp:
         storage = args.storage or Path(tmp)
         for preset in presets:
-            row = measure(preset, storage, args.steps, args.eval_facts)
+            row = measure(preset, storage, args.steps, args.eval_facts, args.batch)
             print(json.dumps(row), file=sys.stderr, flush=True)
             rows.append(row)
     old = RESULTS / "preset_times_cpu.json"
@@ -177,6 +190,8 @@ def main() -> None:
             lines.append(f"| {r['preset']} | skipped: {r['skipped']} | | | | | | |")
             continue
         budget = f"{r['epochs']} ep" + (f", {r['max_steps']} steps" if r["max_steps"] else "")
+        if r.get("batch_timed", r["batch_size"]) != r["batch_size"]:
+            budget += f"; timed at batch {r['batch_timed']}, scaled to {r['batch_size']}"
         c, w = r["cpu"], r["wall"]
         lines.append(
             f"| {r['preset']} | {r['train_facts']:,} | {r['steps_per_epoch']:,} | "
