@@ -103,35 +103,54 @@ def dataset_path(cfg: Config) -> Path:
 
 
 def ensure_dataset(cfg: Config, progress: bool = True) -> Path:
-    """Return the dataset folder, converting it from ``cfg.data.source`` on first use."""
+    """Return the dataset folder, (re)building it from ``cfg.data.source`` when needed.
+
+    A cached dataset is used when its recorded source (raw files: size, mtime, sha256; the
+    ``data.*`` keys that shape it; the converter version) still matches; otherwise it is
+    rebuilt atomically, with one line saying why.  A source that cannot be read is a
+    UsageError unless ``data.allow_missing_source=true``; ``data.rebuild=true`` forces a
+    rebuild.  See :mod:`cmpnn_dist.convert.source`.
+    """
+    from cmpnn_dist.convert.source import BuildSpec, build, plan
     from cmpnn_dist.storage import StorageError
 
+    d = cfg.data
     path = dataset_path(cfg)
-    if (path / "manifest.json").is_file():
-        return path
-    from cmpnn_dist.convert import build_dataset
-
-    raw = cfg.data.raw_path
-    if raw is not None and not cfg.data.source.startswith("synthetic:"):
-        if not Path(raw).expanduser().exists():
-            raise UsageError(
-                f"data for conf {cfg.data.name!r} not found: {raw} does not exist "
-                f"(source {cfg.data.source}); set data.raw_path or data_root=..."
-            )
-    if progress:
-        print(f"building dataset {cfg.data.name} from {cfg.data.source} -> {path}", file=sys.stderr)
+    wanted = BuildSpec.make(
+        d.source,
+        d.raw_path,
+        num_shards=d.num_shards,
+        drop_unseen_entities=d.drop_unseen_entities,
+        keep_unseen_entities=d.keep_unseen_entities,
+        node_types=d.node_types,
+        synthetic=dict(d.synthetic),
+        origin="config",
+    )
     try:
-        build_dataset(
-            cfg.data.source,
-            path,
-            raw_path=raw,
-            num_shards=cfg.data.num_shards,
-            drop_unseen_entities=cfg.data.drop_unseen_entities,
-            keep_unseen_entities=cfg.data.keep_unseen_entities,
-            node_types=cfg.data.node_types,
-            synthetic=dict(cfg.data.synthetic),
-            name=cfg.data.name,
+        todo = plan(path, wanted, force=d.rebuild)
+    except (StorageError, OSError) as exc:
+        raise UsageError(f"cannot check dataset {path}: {exc}") from exc
+    if todo.note:
+        print(todo.note, file=sys.stderr)
+    if todo.action == "use":
+        return path
+    if todo.action == "error":
+        if not d.allow_missing_source:
+            raise UsageError(todo.reason)
+        print(f"warning: {todo.reason.split('; ')[0]}; using the cached copy", file=sys.stderr)
+        return path
+    spec = todo.spec
+    if spec.raw_path is not None and not Path(spec.raw_path).exists():
+        raise UsageError(
+            f"data for {d.name!r} not found: {spec.raw_path} does not exist "
+            f"(source {spec.source}); set data.raw_path=... or data_root=..."
         )
+    if todo.cached:
+        print(f"rebuilding dataset {d.name}: {todo.reason}", file=sys.stderr)
+    elif progress:
+        print(f"building dataset {d.name} from {spec.source} -> {path}", file=sys.stderr)
+    try:
+        build(spec, path, todo.name or d.name)
     except (StorageError, FileNotFoundError) as exc:
         raise UsageError(str(exc)) from exc
     return path

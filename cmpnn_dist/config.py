@@ -83,6 +83,11 @@ class DataConfig:
     node_types: str | None = None
     # synthetic generators take their size and seed from here
     synthetic: dict[str, Any] = field(default_factory=dict)
+    # the cached copy under <storage_root>/datasets/<name> is rebuilt when its source files or
+    # the keys above changed (docs/datasets.md); rebuild=true rebuilds it regardless
+    rebuild: bool = False
+    # a cached dataset whose recorded source is gone is an error unless this is true
+    allow_missing_source: bool = False
 
 
 @dataclass

@@ -9,10 +9,12 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
+from test_distributed import _free_port
 
 from cmpnn_dist.paper import paper_value
 from cmpnn_dist.sweep import expand, report, summarize, write_results_csv
@@ -97,9 +99,13 @@ def test_sweep_cli_errors_are_one_line(tmp_path):
 def test_sweep_on_a_ray_cluster_survives_a_kill_and_restart(tmp_path):
     """2 x 2 sweep submitted to a real `ray start --head` cluster; the driver is killed once the
     first cell has finished; the same command again ends with all four cells, each once."""
-    env = {**os.environ, "RAY_ADDRESS": "", "OMP_NUM_THREADS": "1"}
-    port = "6391"
-    head = ["ray", "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "CMPNN_"))}
+    # Ray 2.60 turns token auth on for a head that finds ~/.ray/auth_token; say it on both sides
+    env |= {"RAY_AUTH_MODE": "token", "OMP_NUM_THREADS": "1"}
+    port = str(_free_port())
+    temp_dir = tempfile.mkdtemp(prefix="rays", dir="/tmp")  # short: unix socket path limit
+    head = ["ray", "start", "--head", f"--port={port}", "--num-cpus=2", f"--temp-dir={temp_dir}",
+            "--include-dashboard=false", "--disable-usage-stats"]  # fmt: skip
     subprocess.run(head, check=True, env=env, capture_output=True)
     env["RAY_ADDRESS"] = f"127.0.0.1:{port}"
     storage = tmp_path / "storage"
