@@ -64,7 +64,8 @@ class RMPNN(nn.Module):
             msg = torch.einsum("ed,edk->ek", h[graph.src], w[graph.rel].transpose(1, 2))
             agg = h.new_zeros(n, self.dim)
             if self.aggregate == "max":
-                agg = agg.index_reduce_(0, dst, msg, "amax", include_self=False)
+                index = dst[:, None].expand_as(msg)
+                agg = agg.scatter_reduce_(0, index, msg, "amax", include_self=False)
             else:
                 agg = agg.index_add_(0, dst, msg)
                 if self.aggregate == "mean":
