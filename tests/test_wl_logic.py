@@ -111,3 +111,20 @@ def test_regular_graph_has_one_rwl1_colour() -> None:
 def test_regular_kg_deterministic(n: int, degrees: list[int]) -> None:
     a, b = regular_kg(n, degrees, 3), regular_kg(n, degrees, 3)
     assert (a.triples() == b.triples()).all() and a.num_edges == n * sum(degrees)
+
+
+@pytest.mark.slow
+def test_training_separates_the_families() -> None:
+    """benchmarks/wl_logic.py in small: a C-MPNN fits a composition rule, an R-MPNN stays at
+    chance on the regular graph; the readout formula needs the global readout."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import wl_logic
+
+    assert wl_logic.run("cmpnn", "compose", 0, 200, 1e-3)["test_balanced_accuracy"] > 0.95
+    assert wl_logic.run("rmpnn", "compose", 0, 200, 1e-3)["test_balanced_accuracy"] < 0.55
+    no = wl_logic.run("cmpnn", "count2_non_neighbours", 1, 400, 1e-3)
+    ro = wl_logic.run("cmpnn_readout", "count2_non_neighbours", 1, 400, 1e-3)
+    assert no["train_balanced_accuracy"] < 0.7 < 0.95 < ro["train_balanced_accuracy"]
