@@ -214,3 +214,26 @@ def test_cli_bad_input_is_one_line_exit_2(args: list[str], message: str, tmp_pat
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
     assert proc.stdout == ""
+
+
+def test_docs_hierarchy_output_is_real() -> None:
+    """Every ``$ python -m cmpnn_dist.wl ...`` block of docs/wl.md prints what the doc shows."""
+    import shlex
+
+    doc = (REPO / "docs" / "wl.md").read_text().splitlines()
+    checked = 0
+    for i, line in enumerate(doc):
+        if not line.startswith("$ python -m cmpnn_dist.wl "):
+            continue
+        argv = shlex.split(line[2:].split("#")[0])[3:]
+        argv[0] = str(REPO / argv[0])  # the doc's paths are relative to the repository root
+        shown = []
+        for nxt in doc[i + 1 :]:
+            if not nxt.strip() or nxt.startswith(("$", "```")):
+                break
+            shown.append(nxt)
+        proc = run_wl_cli(*argv)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.splitlines()[:-1] == shown, line
+        checked += 1
+    assert checked == len(HIERARCHY)
