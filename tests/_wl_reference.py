@@ -1,5 +1,5 @@
 """Brute-force relational WL tests: dicts, tuples and sorted lists, straight from the paper's
-update rules (appendix C).  Slow and obvious; the oracle for :mod:`cmpnn_dist.wl.refine`."""
+update rules (appendix A).  Slow and obvious; the oracle for :mod:`cmpnn_dist.wl.refine`."""
 
 from __future__ import annotations
 

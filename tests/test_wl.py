@@ -106,17 +106,18 @@ def test_product_graph_edge_list() -> None:
     assert sorted(map(tuple, aug.triples().tolist())) == [(0, 0, 1), (1, 0, 1), (1, 1, 0)]
 
 
-# Each counterexample of the paper's hierarchy figure (appendix C.4): the fixture, isolated nodes
+# Each counterexample of the paper's hierarchy figure (appendix A.5): the fixture, isolated nodes
 # (--node), the two pairs, and the tests that must / must not tell them apart (stable colouring).
 HIERARCHY = {
-    # Prop. C.4: rawl_2^+ strictly refines rawl_2 (graph G' of its proof, figure 5 left)
+    # prop:rawl-vs-rawl+: rawl_2^+ strictly refines rawl_2 (graph G' of its proof)
     "rawl2plus_over_rawl2": ([], ("u,v", "u,v'"), {"rawl2+"}, {"rawl2"}),
-    # Prop. C.5: rwl_2 strictly refines rawl_2; the same graph shows rwl_2^+ strictly refines
-    # rawl_2^+ ("analogous", figure caption) and that rawl_2^+ does not refine rwl_2 (C.7 (2))
+    # prop:lwl2-vs-dlwl2-app: rwl_2 strictly refines rawl_2; the same graph shows rwl_2^+
+    # strictly refines rawl_2^+ ("analogous", figure caption) and that rawl_2^+ does not
+    # refine rwl_2 (prop:dlwlsym-lwlasym-app (2))
     "rwl2_over_rawl2": (["u", "v"], ("u,v", "u',v"), {"rwl2", "rwl2+"}, {"rawl2", "rawl2+"}),
-    # Prop. C.6: rwl_2^+ strictly refines rwl_2 (graph G'', figure 5 right)
+    # prop:dlwl-2-symm-app: rwl_2^+ strictly refines rwl_2 (graph G'' of its proof)
     "rwl2plus_over_rwl2": (["v", "v'"], ("u,v", "u',v'"), {"rwl2+"}, {"rwl2"}),
-    # Prop. C.7 (1): rwl_2 does not refine rawl_2^+ (figure 6)
+    # prop:dlwlsym-lwlasym-app (1): rwl_2 does not refine rawl_2^+
     "rawl2plus_not_below_rwl2": (["u", "u'"], ("u,v", "u',v'"), {"rawl2+"}, {"rwl2"}),
     # section 5.3: rawl_2 strictly refines rwl_1 (directed 4-cycle: every node has one colour)
     "cycle4_rawl2_over_rwl1": ([], ("0,1", "0,2"), {"rawl2", "rawl2+"}, {"rwl1", "rwl1+"}),

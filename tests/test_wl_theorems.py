@@ -4,8 +4,8 @@ Theorem 5.1 (1): if rawl_2^(t)(u, v) = rawl_2^(t)(u', v') then a C-MPNN with INI
 target node distinguishability gives h^(t)_{v|u,q} = h^(t)_{v'|u',q}, for every message,
 aggregation and history function; on the graph with inverse edges (what the product trains on)
 the bound is rawl_2^+.  With a global readout it holds for pairs sharing the head u (appendix
-C.2), and INIT 3's per-query noise makes it a same-head statement too.  INIT 0 breaks target
-node distinguishability and loses every dependence on u.  Theorem C.1: R-MPNN node states are
+A.2), and INIT 3's per-query noise makes it a same-head statement too.  INIT 0 breaks target
+node distinguishability and loses every dependence on u.  Theorem A.1: R-MPNN node states are
 refined by rwl_1.  h^(t) is the output of a model built with t layers (no hook needed); the
 models run in float64 and equal colours must give equal states to 1e-9.
 """
@@ -146,8 +146,8 @@ def test_init_zero_loses_the_head() -> None:
 
 
 def test_inverse_edges_go_beyond_rawl2() -> None:
-    """Prop. C.4's graph (fixture rawl2plus_over_rawl2): r1(v, u), r2(v', u).  rawl_2 never
-    separates (u, v) from (u, v'), nor does a C-MPNN on G; on G^+ (the product's setting)
+    """The graph of prop:rawl-vs-rawl+ (fixture rawl2plus_over_rawl2): r1(v, u), r2(v', u).
+    rawl_2 never separates (u, v) from (u, v'), nor does a C-MPNN on G; on G^+ (the product's)
     rawl_2^+ and the C-MPNN both do, so the bound of the first half is not vacuous."""
     kg = KG.from_triples(3, 2, [[1, 0, 0], [2, 1, 0]])  # u = 0, v = 1, v' = 2
     assert run_test(kg, "rawl2").colours[0, 1] == run_test(kg, "rawl2").colours[0, 2]

@@ -1,4 +1,4 @@
-"""The paper's relational Weisfeiler-Leman tests as a tool (sections 5.1 and 5.3, appendix C).
+"""The paper's relational Weisfeiler-Leman tests as a tool (sections 5.1 and 5.3, appendix A).
 
 ``run_test(kg, "rawl2", rounds)`` gives the (stable, when ``rounds`` is None) colouring;
 ``distinguishes(kg, (u, v), (u2, v2), test="rawl2")`` asks whether a test tells two pairs

@@ -1,10 +1,10 @@
-"""Knowledge graphs for the Weisfeiler-Leman tests (paper section 2.1 and appendix C).
+"""Knowledge graphs for the Weisfeiler-Leman tests (paper section 3.1 and appendix A.5).
 
 A knowledge graph ``G = (V, E, R)`` here is a set of facts ``r(u, v)`` (edge ``u -r-> v``)
 held as three int64 arrays ``src, rel, dst`` of length |E|, deduplicated (E is a set).
 ``N_r(v) = {u | r(u, v) in E}`` are the *in*-neighbours, as in the paper.
 
-The augmented graph (appendix C.4) is
+The augmented graph (appendix A.5) is
 
     G^+ = (V, E^+, R^+),   R^+ = R  disjoint-union  {r^- | r in R}   (r^- has id r + |R|)
     E^+ = E  union  {r^-(v, u) | r(u, v) in E, u != v}

@@ -1,5 +1,5 @@
 """Logic-planted link tasks: pairs labelled by a formula of rFO^3_cnt or erFO^3_cnt (section 5.2,
-appendix C.3).
+appendix A.3).
 
 rFO^3_cnt over relations R and pair colours C (here eta(u, v) = [u = v]: the atom ``Eq``)::
 

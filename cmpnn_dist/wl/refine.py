@@ -1,6 +1,6 @@
-"""Relational Weisfeiler-Leman colour refinement, vectorised (paper section 5, appendix C).
+"""Relational Weisfeiler-Leman colour refinement, vectorised (paper section 5, appendix A).
 
-Node test, relational local 1-WL (appendix C.1), initial colouring ``c``::
+Node test, relational local 1-WL (appendix A.1), initial colouring ``c``::
 
     rwl_1^(t+1)(v) = tau(rwl_1^(t)(v), {{(rwl_1^(t)(w), r) | w in N_r(v), r in R}})
 

@@ -1,4 +1,4 @@
-"""A tiny R-MPNN (paper section 2.2), the reference unary model for the rwl_1 theorem.
+"""A tiny R-MPNN (paper section 3.2), the reference unary model for the rwl_1 theorem.
 
     h^(0)_v     = x_v                                     (a learned embedding of c(v))
     h^(t+1)_v   = ReLU(W_0^(t) h^(f(t))_v + AGG({{ W_r^(t) h^(t)_w | w in N_r(v), r in R }}))
