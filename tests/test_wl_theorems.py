@@ -184,12 +184,20 @@ def test_rmpnn_is_refined_by_rwl1(aggregate: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("message, aggregate", list(itertools.product((1, 3), AGG)))
 def test_cmpnn_bound_many_graphs(message: int, aggregate: str) -> None:
-    """The same check on 20 larger random graphs, up to 5 layers, wider models."""
+    """The same check on 20 larger random graphs, up to 5 layers, wider models, with and
+    without layer norm and shortcut."""
     for seed, plus in itertools.product(range(20), (False, True)):
         kg = random_kg(1000 + seed, n=12, num_rel=3, m=24)
         graph = product_graph(kg.augmented() if plus else kg, 3)
         for t in range(6):
             colours = run_test(kg, "rawl2+" if plus else "rawl2", t).colours
-            cfg = ModelConfig(message=message, aggregate=aggregate, num_layers=t, hidden_dim=16)
+            cfg = ModelConfig(
+                message=message,
+                aggregate=aggregate,
+                num_layers=t,
+                hidden_dim=16,
+                layer_norm=seed % 2 == 0,  # and without layer norm / shortcut
+                shortcut=seed % 4 < 2,
+            )
             states = pair_states(cfg, graph, 3, query=seed % 6, seed=seed)
             assert max_gap_within_classes(colours, states, same_head=False) <= TOL
