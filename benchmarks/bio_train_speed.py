@@ -200,10 +200,14 @@ def measure(graph: str, args: argparse.Namespace) -> dict:
         "loadavg_before": [round(x, 2) for x in load_before],
         "loadavg_after": [round(x, 2) for x in load_after],
         "steps_per_epoch": steps_per_epoch,
-        "projected_epoch_hours": round(steps_per_epoch * step_s / 3600, 1),
+        "projected_epoch_hours": round(steps_per_epoch * step_s / 3600, 3),
         "paper_train_facts": PAPER_TRAIN_FACTS[graph],
         "when_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
     }
+
+
+def _hours(h: float) -> str:
+    return f"{h:,.0f}" if h >= 10 else f"{h:.3g}"
 
 
 def to_markdown(res: dict) -> str:
@@ -237,7 +241,7 @@ def to_markdown(res: dict) -> str:
             f"| {c['train']['batch_size']} | {r['median_step_s']:.2f} ({each}) "
             f"| {r['queries_per_s']:.3g} | {r['rss_after_data_gb']:.2f} / "
             f"{r['rss_peak_gb']:.2f} | {r['loadavg_before'][0]:.2f} -> "
-            f"{r['loadavg_after'][0]:.2f} | {r['projected_epoch_hours']:,.0f} "
+            f"{r['loadavg_after'][0]:.2f} | {_hours(r['projected_epoch_hours'])} "
             f"| {r['commit']} |"
         )
     lines += ["", "Commands:", ""]
@@ -271,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{g}: {r['queries_per_s']:.3g} queries/s (median step {r['median_step_s']:.2f} s, "
             f"B = {r['config']['train']['batch_size']}), peak RSS {r['rss_peak_gb']:.2f} GB, "
-            f"one epoch ~ {r['projected_epoch_hours']:,.0f} h on this CPU "
+            f"one epoch ~ {_hours(r['projected_epoch_hours'])} h on this CPU "
             f"(load {r['loadavg_before'][0]:.2f})"
         )
     print(json.dumps({g: res["results"][g]["queries_per_s"] for g in graphs}))

@@ -188,7 +188,7 @@ def build_hetionet_schema(params: dict | None = None, raw_path: str | Path | Non
 
     g = generate(params, raw_path)
     triples, nodes = g["triples"], g["nodes"]
-    used = np.unique(triples[:, [0, 2]])
+    used = np.flatnonzero(np.bincount(triples[:, [0, 2]].ravel(), minlength=len(nodes)))
     remap = np.full(len(nodes), -1, dtype=np.int64)
     remap[used] = np.arange(len(used))
     kind_names = sorted(KIND_SIZES)
