@@ -74,6 +74,7 @@ SOURCES = {
     "hetionet": ("synthetic:hetionet_schema", "hetionet_schema", "hetionet", {"scale": 0.002}),
 }
 PAPER_TRAIN_FACTS = {"biokg": 4_762_677, "hetionet": 1_800_157}
+START = time.perf_counter()
 
 
 def rss_bytes() -> int:
@@ -126,7 +127,10 @@ def config_for(graph: str, small: bool, storage_root: str) -> object:
     return cfg
 
 
-def measure(graph: str, args: argparse.Namespace) -> dict:
+def measure(graph: str, args: argparse.Namespace, save) -> dict:
+    """Set up the run, then time the steps; ``save(result)`` after every step, so a run
+    stopped by its time budget (``--budget-s``, measured from the process start) still
+    leaves its figures."""
     from cmpnn_dist.storage import open_dataset
     from cmpnn_dist.training.context import LocalContext
     from cmpnn_dist.training.data import load_train_data
@@ -141,32 +145,9 @@ def measure(graph: str, args: argparse.Namespace) -> dict:
     data = load_train_data(ds)
     t_load = time.perf_counter() - t0
     rss_data = rss_bytes()
-    with tempfile.TemporaryDirectory() as run_dir:
-        ctx = LocalContext(Path(run_dir), "cpu", tensorboard=False)
-        t0 = time.perf_counter()
-        trainer = Trainer(cfg, data, ctx, None)
-        t_setup = time.perf_counter() - t0
-        model = ctx.wrap_model(trainer.model)
-        model.train()
-        load_before = os.getloadavg()
-        times, losses = [], []
-        with RssPeak() as peak:
-            for i in range(args.warmup + args.steps):
-                t0 = time.perf_counter()
-                losses.append(trainer.train_step(model))
-                times.append(time.perf_counter() - t0)
-                print(
-                    f"{graph}: step {i + 1}/{args.warmup + args.steps} {times[-1]:.2f} s "
-                    f"loss {losses[-1]:.4f} load {os.getloadavg()[0]:.2f}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-        load_after = os.getloadavg()
-        steps_per_epoch = trainer.sampler.steps_per_epoch
-        ctx.close()
-    step_s = statistics.median(times[args.warmup :])
+    print(f"{graph}: data loaded in {t_load:.1f} s", file=sys.stderr, flush=True)
     b = cfg.train.batch_size
-    return {
+    r = {
         "graph": graph,
         "dataset": {
             "source": cfg.data.source,
@@ -189,21 +170,58 @@ def measure(graph: str, args: argparse.Namespace) -> dict:
         },
         "build_or_open_s": round(t_build, 2),
         "load_s": round(t_load, 2),
-        "trainer_setup_s": round(t_setup, 2),
-        "step_s": [round(t, 3) for t in times],
-        "warmup_steps": args.warmup,
-        "median_step_s": round(step_s, 3),
-        "queries_per_s": round(b / step_s, 4),
-        "losses": [round(x, 5) for x in losses],
         "rss_after_data_gb": round(rss_data / 1e9, 3),
-        "rss_peak_gb": round(peak.peak / 1e9, 3),
-        "loadavg_before": [round(x, 2) for x in load_before],
-        "loadavg_after": [round(x, 2) for x in load_after],
-        "steps_per_epoch": steps_per_epoch,
-        "projected_epoch_hours": round(steps_per_epoch * step_s / 3600, 3),
+        "warmup_steps": args.warmup,
         "paper_train_facts": PAPER_TRAIN_FACTS[graph],
-        "when_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
     }
+    with tempfile.TemporaryDirectory() as run_dir:
+        ctx = LocalContext(Path(run_dir), "cpu", tensorboard=False)
+        t0 = time.perf_counter()
+        trainer = Trainer(cfg, data, ctx, None)
+        r["trainer_setup_s"] = round(time.perf_counter() - t0, 2)
+        r["steps_per_epoch"] = trainer.sampler.steps_per_epoch
+        print(f"{graph}: trainer set up in {r['trainer_setup_s']} s", file=sys.stderr, flush=True)
+        model = ctx.wrap_model(trainer.model)
+        model.train()
+        r["loadavg_before"] = [round(x, 2) for x in os.getloadavg()]
+        times, losses, loads = [], [], []
+        with RssPeak() as peak:
+            for i in range(args.warmup + args.steps):
+                t0 = time.perf_counter()
+                losses.append(trainer.train_step(model))
+                times.append(time.perf_counter() - t0)
+                loads.append(round(os.getloadavg()[0], 2))
+                print(
+                    f"{graph}: step {i + 1}/{args.warmup + args.steps} {times[-1]:.2f} s "
+                    f"loss {losses[-1]:.4f} load {loads[-1]:.2f}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                if i < args.warmup:
+                    continue
+                step_s = statistics.median(times[args.warmup :])
+                r.update(
+                    {
+                        "step_s": [round(t, 3) for t in times],
+                        "loadavg_1min_per_step": loads,
+                        "median_step_s": round(step_s, 3),
+                        "queries_per_s": round(b / step_s, 4),
+                        "losses": [round(x, 5) for x in losses],
+                        "rss_peak_gb": round(max(peak.peak, rss_bytes()) / 1e9, 3),
+                        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+                        "projected_epoch_hours": round(r["steps_per_epoch"] * step_s / 3600, 3),
+                        "when_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+                    }
+                )
+                save(r)
+                elapsed = time.perf_counter() - START
+                if elapsed + 1.5 * times[-1] > args.budget_s:
+                    print(f"{graph}: stopping, time budget", file=sys.stderr, flush=True)
+                    break
+        ctx.close()
+    r["rss_peak_gb"] = round(peak.peak / 1e9, 3)
+    save(r)
+    return r
 
 
 def _hours(h: float) -> str:
@@ -255,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=3, help="measured steps")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--small", action="store_true", help="tiny graphs (checks the script)")
+    p.add_argument(
+        "--budget-s", type=float, default=480, help="stop timing steps past this (>= 1 step)"
+    )
     p.add_argument("--storage-root", default=str(ROOT / "storage"))
     p.add_argument("--out", default=str(HERE / "results"))
     args = p.parse_args(argv)
@@ -263,15 +284,17 @@ def main(argv: list[str] | None = None) -> int:
     res = json.loads(path.read_text()) if path.is_file() else {"results": {}}
     res["machine"] = machine()
     graphs = ["biokg", "hetionet"] if args.graph == "both" else [args.graph]
-    for g in graphs:
-        r = measure(g, args)
-        r["commit"] = git_commit()
-        r["command"] = "python benchmarks/bio_train_speed.py " + " ".join(
-            argv if argv is not None else sys.argv[1:]
-        )
-        r["machine"] = res["machine"]
-        res["results"][g] = r
+    command = "python benchmarks/bio_train_speed.py " + " ".join(
+        argv if argv is not None else sys.argv[1:]
+    )
+
+    def save(r: dict) -> None:
+        r.update({"commit": git_commit(), "command": command, "machine": res["machine"]})
+        res["results"][r["graph"]] = r
         save_results(out, stem, res, to_markdown(res))
+
+    for g in graphs:
+        r = measure(g, args, save)
         print(
             f"{g}: {r['queries_per_s']:.3g} queries/s (median step {r['median_step_s']:.2f} s, "
             f"B = {r['config']['train']['batch_size']}), peak RSS {r['rss_peak_gb']:.2f} GB, "
