@@ -77,6 +77,27 @@ SOURCES = {
 }
 PAPER_TRAIN_FACTS = {"biokg": 4_762_677, "hetionet": 1_800_157}
 START = time.perf_counter()
+NOTES = [
+    "- Setup (`trainer_setup_s` in the JSON) is mostly `QuerySampler._build_filter_keys`: "
+    "`np.unique` of the 2F filter keys, which numpy 2.4 answers with a hash table; for "
+    "9.5 M random int64 keys that took 63 s here against 1.9 s for `np.sort` + a "
+    "neighbour compare.",
+    "- biokg: no step finished inside the 8-minute budget on this machine (load 15-22 on "
+    "its 2 cores during 18:00-18:20 UTC: B = 8 and B = 1 each ran out of time in their "
+    "first step).  For an order of magnitude: `train_step_cpu.md` (same machine, earlier, "
+    "same 6 x 32 sum model with decoder 64, reference ops, B = 8) took 43.0 s a step, so the "
+    "paper's epoch (595,334 steps) would take about 7,100 h here.",
+    "- hetionet: one step at B = 2 (warm-up 0: a B = 2 run with a warm-up ran out of time "
+    "in its second step) took 77.5 CPU s, 38.7 CPU s a query.  Scaling the 43.0 s B = 8 "
+    "biokg step above by edges x layers gives about 1.4 s wall (2 threads) a query at full "
+    "batch, so the 78,173 h / 19,366 CPU h projected from B = 2 are upper bounds, likely "
+    "10x or more too high; a full-batch step on an idle machine is the figure still "
+    "missing.  The `+dirty` commit: this notes list was edited while the run went; the "
+    "code that ran is 674fc1b.",
+    "- Per query, a small-batch step costs more than a full one (the reference ops do "
+    "per-edge index work once per step, whatever B), so projections from `B run` < "
+    "`B paper` overstate the epoch time.",
+]
 
 
 def rss_bytes() -> int:
@@ -284,6 +305,7 @@ def to_markdown(res: dict) -> str:
         )
     lines += ["", "Commands:", ""]
     lines += [f"- `{r['command']}`" for r in res["results"].values()]
+    lines += ["", "Notes:", "", *NOTES]
     return "\n".join(lines) + "\n"
 
 
