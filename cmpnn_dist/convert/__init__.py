@@ -2,7 +2,7 @@
 
 Sources: ``tsv:transductive``, ``tsv:inductive`` (GraIL ``X_v1`` + ``X_v1_ind``),
 ``ogb:biokg``, ``hetionet``, ``synthetic:rule_kg``, ``synthetic:rule_kg_inductive``,
-``synthetic:trisqr``, ``synthetic:biokg_scale``.
+``synthetic:trisqr``, ``synthetic:biokg_scale``, ``synthetic:hetionet_schema``.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ SOURCES = (
     "synthetic:rule_kg_inductive",
     "synthetic:trisqr",
     "synthetic:biokg_scale",
+    "synthetic:hetionet_schema",
 )
 
 
@@ -53,6 +54,8 @@ def convert_source(
             return syn.build_rule_kg(synthetic, inductive=True)
         if kind == "trisqr":
             return syn.build_trisqr(synthetic)
+        if kind == "hetionet_schema":  # raw_path: optional folder of the real node table
+            return syn.build_hetionet_schema(synthetic, raw_path)
         return syn.build_biokg_scale(synthetic)
     if raw_path is None:
         raise StorageError(f"source {source} needs raw_path (the folder holding its files)")
