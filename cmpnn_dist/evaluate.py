@@ -1,10 +1,11 @@
 """``python -m cmpnn_dist.evaluate ckpt=PATH [key=value ...]``: evaluate a saved model.
 
-``PATH`` is a checkpoint folder (``<run>/checkpoints/step_XXXXXXXX``) or a run folder (its
-newest valid checkpoint is used).  The model is rebuilt from the configuration stored in the
-checkpoint, merged with any overrides; the best weights (by validation MRR) are evaluated,
-or the checkpoint's current weights with ``weights=last``.  A checkpoint whose weights do
-not fit the configured model is one error line.  The last stdout line is one JSON object
+``PATH`` is a checkpoint folder (``<run>/checkpoints/step_XXXXXXXX`` or
+``<run>/checkpoints/best``), a run folder or its ``checkpoints`` folder (the newest valid
+checkpoint is used); in-process and Ray runs share this layout.  The model is rebuilt from
+the configuration stored in the checkpoint, merged with any overrides; the best weights (by
+validation MRR) are evaluated, or the checkpoint's current weights with ``weights=last``.
+A checkpoint whose weights do not fit the configured model is one error line.  The last stdout line is one JSON object
 with ``run_dir``, ``valid`` and ``test``, as for ``cmpnn_dist.train``.
 """
 
@@ -21,17 +22,25 @@ from cmpnn_dist.config import Config
 
 
 def resolve_checkpoint(path: Path) -> Path:
-    """A checkpoint folder, or the newest valid one under a run folder."""
-    from cmpnn_dist.training.checkpoint import find_latest_valid
+    """A checkpoint folder, or the newest valid one of a run folder (or its ``checkpoints``)."""
+    from cmpnn_dist.training.checkpoint_store import CHECKPOINTS_DIR, CheckpointStore
 
     if (path / "manifest.json").is_file():
         return path
-    for root in (path / "checkpoints", path):
-        if root.is_dir():
-            found = find_latest_valid(root)
-            if found is not None:
-                return found
-    raise UsageError(f"no valid checkpoint at {path} (expected a checkpoint or run folder)")
+    run = path.parent if path.name == CHECKPOINTS_DIR else path
+    found = CheckpointStore(run).find_latest() if path.is_dir() else None
+    if found is None:
+        raise UsageError(
+            f"no valid checkpoint at {path} (expected a checkpoint, run or checkpoints folder)"
+        )
+    return found.path
+
+
+def run_dir_of(ckpt: Path) -> Path:
+    """The run folder of checkpoint folder ``ckpt`` (``<run>/checkpoints/<name>``)."""
+    from cmpnn_dist.training.checkpoint_store import CHECKPOINTS_DIR
+
+    return ckpt.parent.parent if ckpt.parent.name == CHECKPOINTS_DIR else ckpt.parent
 
 
 def config_from_checkpoint(saved: dict[str, Any], overrides: list[str]) -> Config:
@@ -76,7 +85,7 @@ def evaluate_checkpoint(path: Path, overrides: list[str], weights: str = "best")
         "cuda" if torch.cuda.is_available() and cfg.train.device != "cpu" else "cpu"
     )
     model.to(device)
-    out: dict[str, Any] = {"run_dir": str(ckpt.parent.parent), "checkpoint": str(ckpt)}
+    out: dict[str, Any] = {"run_dir": str(run_dir_of(ckpt)), "checkpoint": str(ckpt)}
     for split_name in ("valid", "test"):
         split = getattr(data, split_name)
         if len(split.queries) == 0:
