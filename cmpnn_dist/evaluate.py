@@ -5,8 +5,9 @@
 checkpoint is used); in-process and Ray runs share this layout.  The model is rebuilt from
 the configuration stored in the checkpoint, merged with any overrides; the best weights (by
 validation MRR) are evaluated, or the checkpoint's current weights with ``weights=last``.
-A checkpoint whose weights do not fit the configured model is one error line.  The last stdout line is one JSON object
-with ``run_dir``, ``valid`` and ``test``, as for ``cmpnn_dist.train``.
+A checkpoint whose weights do not fit the configured model is one error line.  The last
+stdout line is one JSON object with ``run_dir``, ``valid`` and ``test``, as for
+``cmpnn_dist.train``.
 """
 
 from __future__ import annotations

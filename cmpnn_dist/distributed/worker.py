@@ -22,7 +22,7 @@ import torch
 from cmpnn_dist.storage.errors import StorageError
 from cmpnn_dist.training.checkpoint import CheckpointError, is_fatal_os_error
 
-from . import remote
+from . import faults, remote
 from .context import PeerStoppedError, RayTrainContext
 
 logger = logging.getLogger(__name__)
@@ -85,6 +85,9 @@ def train_worker(config: dict[str, Any]) -> None:
         # a fixed intra-op thread count keeps CPU reductions reproducible across restarts
         torch.set_num_threads(max(1, int(cfg.cluster.cpus_per_worker)))
     ctx: RayTrainContext | None = None
+    faults.log_attempt(
+        ray.train.get_context().get_world_rank(), ray.get_runtime_context().get_node_id()
+    )
     try:
         ctx = RayTrainContext(
             run_uri,

@@ -181,6 +181,7 @@ class CheckpointStore:
     def scratch(self) -> Path:
         if self._scratch is None:
             self._scratch = scratch_dir(self._scratch_tag)
+        self._scratch.mkdir(parents=True, exist_ok=True)
         return self._scratch
 
     # ------------------------------------------------------------------ discovery
