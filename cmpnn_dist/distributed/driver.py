@@ -166,7 +166,13 @@ def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
     started = _init_ray(cfg)
     failed = True
     try:
-        outcome = Outcome.remote()
+        # on the driver's node, like Ray Train's controller: it outlives the loss of a worker node
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = ray.get_runtime_context().get_node_id()
+        outcome = Outcome.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)
+        ).remote()
         trainer = TorchTrainer(
             train_worker,
             train_loop_config={
