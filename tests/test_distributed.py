@@ -258,7 +258,7 @@ def _spawn_driver(cfg: Config, dataset: Path, tmp: Path, env: dict) -> subproces
     return subprocess.Popen(
         [sys.executable, "-c", DRIVER, str(path), str(dataset)],
         cwd=tmp,
-        env=env,
+        env={**env, "PYTHONPATH": str(REPO)},  # this checkout, not an installed copy
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

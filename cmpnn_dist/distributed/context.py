@@ -163,8 +163,9 @@ class RayTrainContext:
             self._broadcast_status(2)
 
     def say(self, msg: str) -> None:
-        logger.info(msg)
-        print(f"[cmpnn_dist] {msg}", flush=True)
+        # one channel only: Ray Train's workers already echo both logging and stdout, and a
+        # print came out twice besides the log record
+        logger.warning(msg)
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint_path(self, step: int) -> Path:

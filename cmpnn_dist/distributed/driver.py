@@ -100,7 +100,9 @@ def _init_ray(cfg: Any) -> bool:
     else:
         need = cfg.cluster.num_workers * cfg.cluster.cpus_per_worker
         num_cpus = max(os.cpu_count() or 1, math.ceil(need))
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
+        # address="local": a new Ray here, never a cluster someone else started on this machine
+        # (a bare ray.init() would join the one named in /tmp/ray/ray_current_cluster)
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
     return True
 
 
