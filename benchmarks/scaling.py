@@ -79,7 +79,7 @@ def run_scaling(args, dataset: Path, work: Path) -> list[dict]:
     import ray
 
     from cmpnn_dist.distributed import run_distributed
-    from cmpnn_dist.distributed.resume import checkpoint_candidates
+    from cmpnn_dist.training.checkpoint_store import CheckpointStore
 
     os.environ["CMPNN_TIMING"] = "1"
     if args.address:
@@ -100,9 +100,8 @@ def run_scaling(args, dataset: Path, work: Path) -> list[dict]:
             wall = time.perf_counter() - start
             restore = None
             if rep == 0:  # resume from the second newest checkpoint: restore time
-                run = Path(out["run_dir"])
-                newest = checkpoint_candidates(str(run))[0][1]
-                (run / newest / "manifest.json").unlink()
+                newest = CheckpointStore(out["run_dir"]).candidates()[0][1]
+                (Path(newest) / "manifest.json").unlink()
                 resumed = run_distributed(cfg, dataset)
                 restore = resumed["context_timing_s"].get("checkpoint_restore")
             t, c = out["timing"], out["context_timing_s"]

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, get_args
 
 Family = Literal["cmpnn", "rgcn", "compgcn"]
@@ -164,6 +166,8 @@ class EvalConfig:
 class CheckpointConfig:
     every_steps: int | None = number(None, ge=1)  # also at the end of every epoch
     keep_last: int = number(2, ge=1)
+    # also every N minutes (checked at step boundaries, decided the same way on every rank)
+    every_minutes: float | None = number(None, gt=0)
 
 
 @dataclass
@@ -189,8 +193,9 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
-    # storage root: datasets under <root>/datasets, runs and checkpoints under <root>/runs
-    storage_root: str = "storage"
+    # storage root: datasets under <root>/datasets, runs and checkpoints under <root>/runs;
+    # default $CMPNN_STORAGE_ROOT, else ./storage, made absolute (training/run_folder.py)
+    storage_root: str = field(default_factory=lambda: default_storage_root())
     data_root: str = "../shared/data"  # where reference TSV graphs are read from
     run_name: str | None = None  # None: a fresh timestamped name
     resume: bool = True  # continue <root>/runs/<run_name> when it holds a checkpoint
@@ -278,6 +283,20 @@ def _check_machine(cfg: Config) -> None:
             "ops.impl=scatter needs torch-scatter, which is not installed "
             '(pip install -e ".[scatter]"); use ops.impl=auto'
         )
+
+
+ENV_STORAGE_ROOT = "CMPNN_STORAGE_ROOT"
+
+
+def default_storage_root() -> str:
+    """``$CMPNN_STORAGE_ROOT``, else ``./storage`` -- or ``~/cmpnn_dist/storage`` inside a
+    ``ray job submit --working-dir`` copy, which vanishes with the cluster; absolute."""
+    env = os.environ.get(ENV_STORAGE_ROOT)
+    if env:
+        return env if "://" in env else str(Path(env).expanduser().resolve())
+    if "runtime_resources/working_dir_files" in str(Path.cwd()):
+        return str(Path.home() / "cmpnn_dist" / "storage")
+    return str(Path.cwd() / "storage")
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:

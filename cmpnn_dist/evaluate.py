@@ -1,11 +1,13 @@
 """``python -m cmpnn_dist.evaluate ckpt=PATH [key=value ...]``: evaluate a saved model.
 
-``PATH`` is a checkpoint folder (``<run>/checkpoints/step_XXXXXXXX``) or a run folder (its
-newest valid checkpoint is used).  The model is rebuilt from the configuration stored in the
-checkpoint, merged with any overrides; the best weights (by validation MRR) are evaluated,
-or the checkpoint's current weights with ``weights=last``.  A checkpoint whose weights do
-not fit the configured model is one error line.  The last stdout line is one JSON object
-with ``run_dir``, ``valid`` and ``test``, as for ``cmpnn_dist.train``.
+``PATH`` is a checkpoint folder (``<run>/checkpoints/step_XXXXXXXX`` or
+``<run>/checkpoints/best``), a run folder or its ``checkpoints`` folder (the newest valid
+checkpoint is used); in-process and Ray runs share this layout.  The model is rebuilt from
+the configuration stored in the checkpoint, merged with any overrides; the best weights (by
+validation MRR) are evaluated, or the checkpoint's current weights with ``weights=last``.
+A checkpoint whose weights do not fit the configured model is one error line.  The last
+stdout line is one JSON object with ``run_dir``, ``valid`` and ``test``, as for
+``cmpnn_dist.train``.
 """
 
 from __future__ import annotations
@@ -21,20 +23,31 @@ from cmpnn_dist.config import Config, validate
 
 
 def resolve_checkpoint(path: Path) -> Path:
-    """A checkpoint folder, or the newest valid one under a run folder."""
-    from cmpnn_dist.training.checkpoint import find_latest_valid
+    """A checkpoint folder, or the newest valid one of a run folder (or its ``checkpoints``)."""
+    from cmpnn_dist.training.checkpoint_store import CHECKPOINTS_DIR, CheckpointStore
 
     if (path / "manifest.json").is_file():
         return path
-    for root in (path / "checkpoints", path):
-        if root.is_dir():
-            found = find_latest_valid(root)
-            if found is not None:
-                return found
-    raise UsageError(f"no valid checkpoint at {path} (expected a checkpoint or run folder)")
+    run = path.parent if path.name == CHECKPOINTS_DIR else path
+    found = CheckpointStore(run).find_latest() if path.is_dir() else None
+    if found is None:
+        raise UsageError(
+            f"no valid checkpoint at {path} (expected a checkpoint, run or checkpoints folder)"
+        )
+    return found.path
+
+
+def run_dir_of(ckpt: Path) -> Path:
+    """The run folder of checkpoint folder ``ckpt`` (``<run>/checkpoints/<name>``)."""
+    from cmpnn_dist.training.checkpoint_store import CHECKPOINTS_DIR
+
+    return ckpt.parent.parent if ckpt.parent.name == CHECKPOINTS_DIR else ckpt.parent
 
 
 def config_from_checkpoint(saved: dict[str, Any], overrides: list[str]) -> Config:
+    """The run's saved config with ``overrides`` on top.  ``data.rebuild`` is a one-off request
+    of the run that saved it, not a property of the model: it is not carried over."""
+    saved = {**saved, "data": {k: v for k, v in saved.get("data", {}).items() if k != "rebuild"}}
     try:
         merged = OmegaConf.merge(
             OmegaConf.structured(Config), saved, OmegaConf.from_dotlist(overrides)
@@ -50,7 +63,7 @@ def config_from_checkpoint(saved: dict[str, Any], overrides: list[str]) -> Confi
 def evaluate_checkpoint(path: Path, overrides: list[str], weights: str = "best") -> dict:
     import torch
 
-    from cmpnn_dist.model import CMPNN
+    from cmpnn_dist.model.build import build_model
     from cmpnn_dist.storage import open_dataset
     from cmpnn_dist.training.checkpoint import load_checkpoint
     from cmpnn_dist.training.data import load_train_data
@@ -60,7 +73,7 @@ def evaluate_checkpoint(path: Path, overrides: list[str], weights: str = "best")
     state = load_checkpoint(ckpt)
     cfg = config_from_checkpoint(state.get("config", {}), overrides)
     data = load_train_data(open_dataset(ensure_dataset(cfg)))
-    model = CMPNN(cfg.model, data.num_relations, cfg.ops)
+    model = build_model(cfg.model, cfg.ops, data.num_relations, data.num_nodes, data.inductive)
     best = (state.get("best") or {}).get("state")
     params = best if (weights == "best" and best is not None) else state["model"]
     try:
@@ -76,7 +89,7 @@ def evaluate_checkpoint(path: Path, overrides: list[str], weights: str = "best")
         "cuda" if torch.cuda.is_available() and cfg.train.device != "cpu" else "cpu"
     )
     model.to(device)
-    out: dict[str, Any] = {"run_dir": str(ckpt.parent.parent), "checkpoint": str(ckpt)}
+    out: dict[str, Any] = {"run_dir": str(run_dir_of(ckpt)), "checkpoint": str(ckpt)}
     for split_name in ("valid", "test"):
         split = getattr(data, split_name)
         if len(split.queries) == 0:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +23,18 @@ def default_run_name(cfg: Config) -> str:
     return f"{cfg.data.name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def train(cfg: Config) -> dict[str, Any]:
+def train(cfg: Config, argv: Sequence[str] = ()) -> dict[str, Any]:
     """Train according to ``cfg`` and return the summary printed by the CLI."""
+    from cmpnn_dist.training import run_folder as rf
+
     if cfg.run_name is None:
         cfg.run_name = default_run_name(cfg)
+    # one absolute storage root, resolved here (never in a Ray worker's temporary working dir)
+    cfg.storage_root = rf.resolve_storage_root(cfg.storage_root)
+    rf.check_storage_root(cfg.storage_root)
+    run = rf.run_folder(cfg.storage_root, cfg.run_name)
+    for line in rf.banner(run, cfg.storage_root, argv, cfg.run_name):
+        print(line, file=sys.stderr, flush=True)
     path = ensure_dataset(cfg)
     if cfg.cluster.num_workers > 0:
         from cmpnn_dist.distributed import run_distributed
@@ -37,8 +46,12 @@ def train(cfg: Config) -> dict[str, Any]:
     from cmpnn_dist.training.loop import fit
 
     data = load_train_data(open_dataset(path))
-    run_dir = Path(cfg.storage_root).expanduser().resolve() / "runs" / cfg.run_name
-    result = fit(cfg, data, run_dir=run_dir)
+    existed = rf.exists(run)
+    try:
+        result = fit(cfg, data, run_dir=Path(run))
+    except BaseException:
+        rf.remove_failed_start(run, existed)  # a start that left no checkpoint leaves no folder
+        raise
     return summarize(result)
 
 
@@ -83,7 +96,7 @@ def _main(argv: list[str]) -> dict[str, Any]:
     if "sweep_name" in special:
         raise UsageError("sweep_name= names a sweep: use it with -m / --multirun")
     cfg = compose_config(preset, overrides)
-    return train(cfg)
+    return train(cfg, argv)
 
 
 def sweep(preset: str, overrides: list[str], name: str | None) -> dict[str, Any]:

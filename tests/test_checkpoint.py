@@ -1,9 +1,15 @@
-"""Atomic checksummed checkpoints: round trip, torn / corrupt detection, pruning."""
+"""Atomic checksummed checkpoints: round trip, torn / corrupt detection; the run-level store
+(one layout for in-process and Ray runs, pruning, ``best``, URIs, scratch folders)."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,9 +17,15 @@ import torch
 from cmpnn_dist.training.checkpoint import (
     CheckpointError,
     find_latest_valid,
+    is_fatal_os_error,
     load_checkpoint,
-    prune,
+    read_manifest,
     save_checkpoint,
+)
+from cmpnn_dist.training.checkpoint_store import (
+    ENV_SCRATCH,
+    CheckpointStore,
+    scratch_dir,
 )
 
 
@@ -73,18 +85,125 @@ def test_empty_and_garbage(tmp_path):
         assert find_latest_valid(tmp_path) is None
 
 
-def test_prune_keeps_last_and_best(tmp_path):
-    scores = {1: 0.2, 2: 0.9, 3: None, 4: 0.3, 5: 0.1, 6: None}
+def _store_with(run: Path, scores: dict[int, float | None]) -> CheckpointStore:
+    """Checkpoints written and published the way both contexts do it (write, commit, best)."""
+    store = CheckpointStore(run)
     for step, score in scores.items():
         meta = {} if score is None else {"score": score}
-        save_checkpoint(tmp_path / f"step_{step:08d}", _state(step), meta)
-    (tmp_path / "step_00000000").mkdir()  # torn and old: removed
-    removed = prune(tmp_path, keep_last=2)
-    left = sorted(p.name for p in tmp_path.iterdir())
-    assert left == ["step_00000002", "step_00000005", "step_00000006"]
-    assert len(removed) == 4
-    prune(tmp_path, keep_last=1, best=tmp_path / "step_00000005")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000005", "step_00000006"]
+        path = save_checkpoint(store.write_path(step), _state(step), meta)
+        store.commit(path)
+        store.update_best(path, read_manifest(path))
+    return store
+
+
+def test_prune_keeps_last_and_best(tmp_path):
+    run = tmp_path / "run"
+    store = _store_with(run, {1: 0.2, 2: 0.9, 3: None, 4: 0.3, 5: 0.9, 6: None})
+    (run / "checkpoints" / "step_00000000").mkdir()  # torn and old: removed
+    removed = store.prune(keep_last=2)
+    left = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert left == ["best", "step_00000005", "step_00000006"]
+    assert len(removed) == 5
+    best = load_checkpoint(run / "checkpoints" / "best")  # highest score, earliest on ties
+    assert best["step"] == 2 and torch.equal(best["w"], _state(2)["w"])
+    assert store.best_score() == 0.9
+
+
+def test_best_is_hard_linked_and_outlives_its_step_folder(tmp_path):
+    store = _store_with(tmp_path / "run", {3: 0.5})
+    src = Path(store.root) / "step_00000003" / "state.pt"
+    best = Path(store.best_uri) / "state.pt"
+    assert os.stat(src).st_ino == os.stat(best).st_ino  # no second copy of the bytes
+    _store_with(tmp_path / "run", {6: 0.1, 9: None})
+    store.prune(keep_last=1)
+    assert not src.exists() and load_checkpoint(best.parent)["step"] == 3
+
+
+def test_prune_after_a_restart_leaves_keep_last(tmp_path):
+    """A killed attempt leaves a checkpoint the next attempt does not know about (here the
+    folder of an older Ray run's naming and an interrupted write): pruning works from the
+    folder listing, so the restarted run still ends with exactly keep_last checkpoints."""
+    run = tmp_path / "run"
+    _store_with(run, {3: None, 6: None})
+    save_checkpoint(run / "step_00000004-0a1b2c3d", _state(4))  # left by an older Ray attempt
+    (run / "checkpoints" / ".tmp-step_00000009-x").mkdir()  # interrupted write
+    restarted = CheckpointStore(run)
+    assert restarted.find_latest().step == 6
+    assert restarted.discard_partial() == [str(run / "checkpoints" / ".tmp-step_00000009-x")]
+    _store_with(run, {9: None, 12: None})
+    restarted.prune(keep_last=2)
+    assert [s for s, _ in restarted.candidates()] == [12, 9]
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoints"]
+
+
+def test_store_finds_legacy_ray_and_new_layout(tmp_path):
+    run = tmp_path / "run"
+    save_checkpoint(run / "step_00000004-0a1b2c3d", _state(4))  # Ray runs before this change
+    store = CheckpointStore(run)
+    assert store.find_latest().uri == str(run / "step_00000004-0a1b2c3d")
+    save_checkpoint(store.write_path(8), _state(8))
+    found = store.find_latest()
+    assert found.step == 8 and found.path == run / "checkpoints" / "step_00000008"
+
+
+def test_store_through_a_file_uri(tmp_path):
+    """A pyarrow URI run folder: staged in scratch, uploaded manifest last, fetched back."""
+    run = f"file://{tmp_path}/remote/run"
+    store = CheckpointStore(run, scratch=tmp_path / "scratch")
+    for step, score in ((2, 0.4), (4, 0.1), (6, None)):
+        local = save_checkpoint(store.write_path(step), _state(step), {"score": score})
+        assert local.is_relative_to(tmp_path / "scratch")
+        assert store.commit(local) == f"{run}/checkpoints/step_{step:08d}"
+        store.update_best(local, read_manifest(local))
+    store.prune(keep_last=2)
+    on_disk = tmp_path / "remote" / "run" / "checkpoints"
+    assert sorted(p.name for p in on_disk.iterdir()) == ["best", "step_00000004", "step_00000006"]
+    assert json.loads((on_disk / "best" / "manifest.json").read_text())["step"] == 2
+    (on_disk / "step_00000006" / "manifest.json").unlink()  # torn on the remote side
+    other = CheckpointStore(run, scratch=tmp_path / "scratch2")
+    with pytest.warns(UserWarning, match="step_00000006.*manifest missing"):
+        found = other.find_latest()
+    assert found.step == 4 and found.path.is_relative_to(tmp_path / "scratch2")
+    assert torch.equal(load_checkpoint(found.path)["w"], _state(4)["w"])
+
+
+def test_scratch_of_dead_processes_is_removed(tmp_path, monkeypatch):
+    monkeypatch.setenv(ENV_SCRATCH, str(tmp_path))
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    dead_pid = int(dead.stdout)  # the process has exited: a SIGKILLed worker's leftovers
+    leaked = tmp_path / f"cmpnn-rank1-pid{dead_pid}-abcd"
+    (leaked / "checkpoints").mkdir(parents=True)
+    alive = tmp_path / f"cmpnn-rank0-pid{os.getppid()}-efgh"  # a live process: kept
+    alive.mkdir()
+    other = tmp_path / "someone-else"
+    other.mkdir()
+    mine = scratch_dir("rank0")
+    assert not leaked.exists() and alive.exists() and other.exists()
+    assert mine.parent == tmp_path and mine.name.startswith(f"cmpnn-rank0-pid{os.getpid()}-")
+    store = CheckpointStore(f"file://{tmp_path}/r", scratch_tag="rank3")
+    assert store.scratch.name.startswith("cmpnn-rank3-")
+    store.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, other.name, mine.name])
+
+
+def test_write_errors_that_cannot_succeed(tmp_path):
+    fd = os.open("/dev/full", os.O_WRONLY)
+    try:
+        with pytest.raises(OSError) as info:
+            os.write(fd, b"x" * 4096)
+    finally:
+        os.close(fd)
+    assert info.value.errno == errno.ENOSPC and is_fatal_os_error(info.value)
+    assert not is_fatal_os_error(OSError(errno.EINTR, "interrupted"))
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(CheckpointError, match=r"cannot write checkpoint .*file/sub/step_00000001"):
+        save_checkpoint(blocker / "sub" / "step_00000001", _state(1))
 
 
 def test_failed_write_leaves_nothing(tmp_path):

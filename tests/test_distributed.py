@@ -12,7 +12,9 @@ one uninterrupted 2-worker run; the other runs are compared to it:
   warnings name both, it resumes from the third and ends bit-identical;
 * a stalled rank fails within the collective timeout; a failure on every attempt stops
   after max_failures retries with a clear message;
-* ``ray job submit`` of the CLI against a ``ray start --head`` node.
+* ``ray job submit`` of the CLI against a ``ray start --head`` node;
+* ``evaluate`` on the Ray run folder (same layout as in-process); a checkpoint that does not fit
+  the model ends after one attempt with exit status 2.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ import torch
 
 from cmpnn_dist.config import Config
 from cmpnn_dist.distributed import faults
-from cmpnn_dist.distributed.resume import checkpoint_candidates, select_checkpoint
 from cmpnn_dist.training.checkpoint import MANIFEST, STATE_FILE, load_checkpoint
+from cmpnn_dist.training.checkpoint_store import ENV_SCRATCH, CheckpointStore
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_STEPS = 12
@@ -72,10 +74,15 @@ def make_cfg(root: Path, name: str, workers: int = 2, **cluster) -> Config:
     return cfg
 
 
+def checkpoint_candidates(run: str) -> list[tuple[int, str]]:
+    """(step, folder) of the run's checkpoints, newest first."""
+    return CheckpointStore(run).candidates()
+
+
 def final_state(run_dir: str) -> dict:
-    found = select_checkpoint(run_dir, Path(tempfile.mkdtemp()))
+    found = CheckpointStore(run_dir, scratch=Path(tempfile.mkdtemp())).find_latest()
     assert found is not None, f"no valid checkpoint in {run_dir}"
-    state = load_checkpoint(found[0])
+    state = load_checkpoint(found.path)
     assert state["step"] == MAX_STEPS
     return state
 
@@ -94,7 +101,8 @@ def assert_bit_identical(a: dict, b: dict) -> None:
 def dataset(tmp_path_factory) -> Path:
     from cmpnn_dist.convert import build_dataset
 
-    out = tmp_path_factory.mktemp("data") / "tiny"
+    # <store>/datasets/tiny: where evaluate finds it with storage_root=<store>
+    out = tmp_path_factory.mktemp("store") / "datasets" / "tiny"
     return build_dataset(
         "synthetic:rule_kg", out, synthetic={"num_entities": 60}, num_shards=2, name="tiny"
     )
@@ -128,6 +136,66 @@ def test_reference_run_is_complete(reference) -> None:
     kept = [s for s, _ in checkpoint_candidates(str(run))]
     assert kept == [12, 9, 6], kept  # keep_last=3
     assert (run / "results.json").is_file() and (run / "metrics.csv").is_file()
+    # the in-process layout: checkpoints/step_N and checkpoints/best, nothing else of Ray's
+    names = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert names == ["best", "step_00000006", "step_00000009", "step_00000012"], names
+    assert load_checkpoint(run / "checkpoints" / "best")["step"] == out["best_step"]
+
+
+def run_module(*args: str, env: dict | None = None, timeout: int = 600):
+    return subprocess.run(
+        [sys.executable, "-m", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+    )
+
+
+def test_evaluate_on_a_ray_run_folder(reference, dataset) -> None:
+    run = Path(reference["summary"]["run_dir"])
+    store = dataset.parent.parent
+    for ckpt in (run, run / "checkpoints" / "best"):
+        proc = run_module("cmpnn_dist.evaluate", f"ckpt={ckpt}", f"storage_root={store}")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        got = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert got["run_dir"] == str(run)
+        assert got["test"]["mrr"] == pytest.approx(reference["summary"]["test"]["mrr"], abs=1e-6)
+
+
+@pytest.mark.timeout(300)
+def test_checkpoint_that_does_not_fit_is_not_retried(reference, dataset, tmp_path) -> None:
+    """A run folder whose checkpoints were written for another model: one attempt, one error
+    line, exit status 2 (was: max_failures + 1 attempts, then a traceback)."""
+    root = tmp_path / "root"
+    shutil.copytree(reference["root"] / "runs" / "ref", root / "runs" / "ref")
+    shutil.copytree(dataset, root / "datasets" / "tiny")
+    args = [
+        "cmpnn_dist.train",
+        f"storage_root={root}",
+        "run_name=ref",
+        "data.name=tiny",
+        "cluster.num_workers=2",
+        "cluster.max_failures=3",
+        "train.batch_size=4",
+        "train.progress=false",
+        "model.num_layers=2",
+        "model.hidden_dim=16",  # the checkpoints hold hidden_dim=8
+        "model.decoder_hidden_dim=8",
+    ]
+    env = {faults.ENV_DIR: str(tmp_path / "faults")}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("RAY_")}, **env}
+    start = time.monotonic()
+    proc = run_module(*args, env=env)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "model config" in errors[0], proc.stderr[-3000:]
+    assert "not retried" in errors[0]
+    attempts = (tmp_path / "faults" / "attempts.log").read_text().split()
+    assert attempts.count("rank0") == 1 and attempts.count("rank1") == 1, attempts
+    print(f"non-retryable error reported after {time.monotonic() - start:.1f} s")
+    assert [s for s, _ in checkpoint_candidates(str(root / "runs" / "ref"))] == [12, 9, 6]
 
 
 def test_one_worker_matches_two_workers(reference, dataset, tmp_path) -> None:
@@ -151,7 +219,9 @@ def test_worker_sigkill_resumes_bit_identical(reference, dataset, tmp_path, monk
     print(f"SIGKILL of rank 1 at step {step} (rerun with CMPNN_TEST_KILL_STEP={step})")
     monkeypatch.setenv(faults.ENV_FAULT, f"kill@rank1:step{step}")
     monkeypatch.setenv(faults.ENV_DIR, str(tmp_path / "faults"))
-    out = run_distributed(make_cfg(tmp_path, "killed"), dataset)
+    monkeypatch.setenv(ENV_SCRATCH, str(tmp_path / "scratch"))
+    # a file:// run folder: the ranks stage and fetch checkpoints in scratch folders
+    out = run_distributed(make_cfg(f"file://{tmp_path}", "killed"), dataset)
     assert (tmp_path / "faults" / f"kill-rank1-step{step}.fired").is_file()
     attempts = (tmp_path / "faults" / "attempts.log").read_text().split()
     assert attempts.count("rank1") == 2  # the worker group was restarted once
@@ -160,12 +230,18 @@ def test_worker_sigkill_resumes_bit_identical(reference, dataset, tmp_path, monk
     state = final_state(out["run_dir"])
     assert_bit_identical(state["model"], reference["state"]["model"])
     assert train_steps(state["history"]) == list(range(1, MAX_STEPS + 1))
+    run = tmp_path / "runs" / "killed"
     csv_steps = [
         int(line.split(",")[1])
-        for line in (Path(out["run_dir"]) / "metrics.csv").read_text().splitlines()[1:]
+        for line in (run / "metrics.csv").read_text().splitlines()[1:]
         if line.startswith("train,")
     ]
     assert csv_steps == list(range(1, MAX_STEPS + 1))
+    # pruning after the restart: exactly keep_last=3 checkpoints, plus best
+    assert [s for s, _ in checkpoint_candidates(out["run_dir"])] == [12, 9, 6]
+    # the killed worker's scratch folder was removed by the restarted group, the others by
+    # their own cleanup
+    assert list((tmp_path / "scratch").iterdir()) == []
 
 
 DRIVER = (
@@ -182,7 +258,7 @@ def _spawn_driver(cfg: Config, dataset: Path, tmp: Path, env: dict) -> subproces
     return subprocess.Popen(
         [sys.executable, "-c", DRIVER, str(path), str(dataset)],
         cwd=tmp,
-        env=env,
+        env={**env, "PYTHONPATH": str(REPO)},  # this checkout, not an installed copy
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -199,7 +275,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def _valid_steps(run: Path) -> list[int]:
-    return [s for s, name in checkpoint_candidates(str(run)) if (run / name / MANIFEST).is_file()]
+    return [s for s, uri in checkpoint_candidates(str(run)) if (Path(uri) / MANIFEST).is_file()]
 
 
 @pytest.mark.timeout(420)
@@ -219,7 +295,7 @@ def test_job_killed_and_resubmitted_resumes(reference, dataset, tmp_path) -> Non
     finally:
         _kill_group(proc)  # the job driver and the local Ray it started
     assert not (run / "results.json").exists()
-    ckpts = dict((s, run / n) for s, n in checkpoint_candidates(str(run)))
+    ckpts = {s: Path(uri) for s, uri in checkpoint_candidates(str(run))}
     assert sorted(ckpts) == [3, 6, 9]
     state = ckpts[9] / STATE_FILE
     state.write_bytes(state.read_bytes()[:100])  # truncated file
@@ -234,7 +310,7 @@ def test_job_killed_and_resubmitted_resumes(reference, dataset, tmp_path) -> Non
     summary = json.loads(output.strip().splitlines()[-1])
     assert f"skipping invalid checkpoint {ckpts[9]}" in output and "truncated" in output
     assert f"skipping invalid checkpoint {ckpts[6]}" in output and "manifest missing" in output
-    assert "resuming from step 3" in output
+    assert output.count("resuming from step") == 1 and "resuming from step 3" in output
     assert summary["resumed_from_step"] == 3
     final = final_state(summary["run_dir"])
     assert_bit_identical(final["model"], reference["state"]["model"])
@@ -252,7 +328,7 @@ def test_new_name_or_resume_false_starts_fresh(reference, dataset) -> None:
     runs = reference["root"] / "runs"
     moved = [p for p in runs.iterdir() if p.name.startswith("ref.replaced-")]
     assert len(moved) == 1 and (moved[0] / "results.json").is_file()
-    state = load_checkpoint(select_checkpoint(out["run_dir"], Path(tempfile.mkdtemp()))[0])
+    state = load_checkpoint(CheckpointStore(out["run_dir"]).find_latest().path)
     assert train_steps(state["history"]) == [1, 2, 3]
     first3 = [r["loss"] for r in reference["state"]["history"] if r["kind"] == "train"][:3]
     assert [r["loss"] for r in state["history"] if r["kind"] == "train"] == first3

@@ -7,6 +7,7 @@ fault-spec parsing and settings validation.
 
 from __future__ import annotations
 
+import os
 import warnings
 from pathlib import Path
 
@@ -16,11 +17,22 @@ import torch
 from cmpnn_dist.config import Config
 from cmpnn_dist.distributed import faults, remote
 from cmpnn_dist.distributed.driver import DistributedTrainingError, backend_for, check_settings
-from cmpnn_dist.distributed.resume import checkpoint_candidates, select_checkpoint
+from cmpnn_dist.storage.errors import StorageError
 from cmpnn_dist.training.checkpoint import MANIFEST, STATE_FILE, load_checkpoint, save_checkpoint
+from cmpnn_dist.training.checkpoint_store import CheckpointStore
+
+
+def checkpoint_candidates(run: str) -> list[tuple[int, str]]:
+    return [(s, uri.rsplit("/", 1)[-1]) for s, uri in CheckpointStore(run).candidates()]
+
+
+def select_checkpoint(run: str, scratch: Path):
+    found = CheckpointStore(run, scratch=scratch).find_latest()
+    return None if found is None else (found.path, found.manifest, found.uri.rsplit("/", 1)[-1])
 
 
 def _write(run: Path, step: int, tag: str) -> Path:
+    """A checkpoint as older Ray runs named them: ``<run>/step_N-<token>`` (still found)."""
     state = {"step": step, "epoch": 0, "w": torch.full((64,), float(step))}
     return save_checkpoint(run / f"step_{step:08d}-{tag}", state)
 
@@ -83,7 +95,7 @@ def test_localize_dataset_copies_uri_once(tmp_path: Path) -> None:
     assert remote.localize_dataset(f"file://{src}", cache) == local
     assert (local / "manifest.json").read_text() == '{"name": "x"}'
     assert remote.localize_dataset(src, cache) == src.resolve()  # local paths: used in place
-    with pytest.raises(FileNotFoundError, match="nope"):
+    with pytest.raises(StorageError, match="nope"):  # not retried by the workers
         remote.localize_dataset(f"file://{tmp_path}/nope", cache)
 
 
@@ -124,7 +136,16 @@ def test_crash_fault_fires_once_per_marker_dir(tmp_path: Path, monkeypatch) -> N
     other(x)
     other(x)
     assert (tmp_path / "crash-rank0-step2.fired").is_file()
-    assert (tmp_path / "attempts.log").read_text().count("rank0") == 2
+    faults.log_attempt(0, "n1")
+    faults.log_attempt(0, "n2")
+    assert (tmp_path / "attempts.log").read_text().split() == [
+        "rank0",
+        f"pid{os.getpid()}",
+        "noden1",
+        "rank0",
+        f"pid{os.getpid()}",
+        "noden2",
+    ]
 
 
 def test_settings_are_checked() -> None:

@@ -1,34 +1,32 @@
 """``RayTrainContext``: the :class:`~cmpnn_dist.training.context.TrainContext` of a Ray worker.
 
-Checkpoint flow (rank 0 writes, every rank reads):
+Checkpoints go through :class:`~cmpnn_dist.training.checkpoint_store.CheckpointStore`, the same
+code as the in-process path, so a Ray run folder and an in-process one look alike
+(``<run>/checkpoints/step_XXXXXXXX``, ``<run>/checkpoints/best``) and ``evaluate`` reads both:
 
-* the loop writes the checkpoint of step ``s`` into ``checkpoint_path(s)``, a folder in this
-  worker's local scratch directory, and passes it to ``report`` once it is complete;
-* ``report`` re-verifies its manifest (size and sha256 of every file: a checkpoint that failed
-  to write is never reported) and hands it to ``ray.train.report``, which copies it to
-  ``<storage_path>/<run_name>/step_<s:08d>-<token>`` and keeps the newest
-  ``checkpoint.keep_last`` (Ray's ``CheckpointConfig(num_to_keep)``); the checkpoint with the
-  best ``manifest.meta.score`` is also copied to ``<run>/best``;
-* ``latest_checkpoint`` lists the ``step_*`` folders of the run (so it works in a restarted
-  worker group, in a job submitted again with the same ``run_name``, and on ``s3://``), newest
-  step first, and returns the first whose manifest verifies; torn ones are skipped with a
-  warning naming them.  Rank 0 decides and broadcasts the choice, so every rank resumes from
+* rank 0 writes the checkpoint of step ``s`` at ``checkpoint_path(s)`` (the run folder itself on
+  a local or shared filesystem, a scratch folder for a URI) and passes it to ``report``, which
+  re-verifies its manifest (a checkpoint that failed to write is never published), commits it
+  (uploads it, manifest last, for a URI), updates ``best`` and prunes to ``checkpoint.keep_last``
+  from the folder listing -- so folders left by a killed attempt are pruned too.  Ray's own
+  checkpoint bookkeeping is not used (``ray.train.report`` is never given a checkpoint);
+* ``latest_checkpoint``: rank 0 picks the newest valid checkpoint (torn ones skipped with a
+  warning naming them), announces it once ("resuming from step N: ..." or "starting from step
+  0" when every checkpoint was invalid) and broadcasts the choice, so every rank resumes from
   the same checkpoint.
 
 Metrics: the loop reports one row per step on every rank.  Rows go to ``metrics.csv`` and
-TensorBoard in the run folder (rank 0, through a ``LocalContext``); ``ray.train.report`` (a
-barrier across workers) is called only for rows that carry a checkpoint -- rank 0 tells the
-others with a one-integer broadcast.
+TensorBoard in the run folder (rank 0, through a ``LocalContext``, which rewrites both from
+the checkpoint's history on resume).  After each row rank 0 broadcasts one status integer:
+``0`` go on, ``2`` rank 0 hit an error that cannot succeed on retry (disk full...), so the
+other ranks stop too instead of waiting for a collective timeout (see ``worker.py``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
-import tempfile
 import time
-import uuid
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -40,15 +38,13 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
 from cmpnn_dist.training.checkpoint import read_manifest
+from cmpnn_dist.training.checkpoint_store import CheckpointStore
 from cmpnn_dist.training.context import LocalContext
 
-from . import faults, remote
-from .resume import fetch_checkpoint, select_checkpoint
+from . import faults
 from .timing import StepTimer
 
 logger = logging.getLogger(__name__)
-
-BEST_DIR = "best"
 
 
 def _plain(value: Any) -> Any:
@@ -59,13 +55,17 @@ def _plain(value: Any) -> Any:
     return value
 
 
+class PeerStoppedError(RuntimeError):
+    """Rank 0 stopped on an error that cannot succeed on retry; this rank stops with it."""
+
+
 class RayTrainContext:
     """TrainContext of one Ray Train worker (DDP over the process group Ray set up).
 
     Args:
-        run_uri: the run folder ``<storage_path>/<run_name>`` (local path or URI).
+        run_uri: the run folder ``<storage_root>/runs/<run_name>`` (absolute path or URI).
         resume: False ignores existing checkpoints (the driver moved them aside already).
-        keep_last: unused here (Ray prunes); kept for symmetry with ``LocalContext``.
+        keep_last: checkpoints kept besides ``best``.
         use_gpu: train on this worker's GPU (``ray.train.torch.get_device()``).
         find_unused_parameters: passed to DDP (True tolerates parameters a model variant
             leaves unused, at the cost of one graph traversal per step).
@@ -78,6 +78,7 @@ class RayTrainContext:
         use_gpu: bool = False,
         find_unused_parameters: bool = True,
         tensorboard: bool = True,
+        keep_last: int = 2,
     ) -> None:
         tc = ray.train.get_context()
         self.rank = tc.get_world_rank()
@@ -90,13 +91,14 @@ class RayTrainContext:
             self.device = torch.device("cpu")
         self.run_uri = run_uri
         self.resume = resume
+        self.keep_last = keep_last
         self.find_unused_parameters = find_unused_parameters
-        self.scratch = Path(tempfile.mkdtemp(prefix=f"cmpnn-rank{self.rank}-"))
+        self.store = CheckpointStore(run_uri, scratch_tag=f"rank{self.rank}")
         self.resumed_from_step: int | None = None
         self.resumed_from: str | None = None
+        self.in_loop = False  # set by wrap_model: the other ranks now meet rank 0 in report
         self.timer = StepTimer()
         self.timings: dict[str, float] = defaultdict(float)
-        self._best_score: float | None = None
         self._save_started: float | None = None
         self._restore_started: float | None = None
         self._metrics: LocalContext | None = None
@@ -104,11 +106,10 @@ class RayTrainContext:
         # itself on a local / shared filesystem, else scratch (copied up at checkpoints)
         self.run_dir: Path | None = None
         if self.is_main:
-            self.run_dir = Path(run_uri) if not remote.is_uri(run_uri) else self.scratch / "run"
+            self.run_dir = Path(run_uri) if not self.store.remote else self.store.scratch / "run"
             self._metrics = LocalContext(
-                self.run_dir, self.device, resume=True, tensorboard=tensorboard
+                self.run_dir, self.device, resume=True, tensorboard=tensorboard, announce=False
             )
-            self._best_score = self._saved_best_score()
 
     # ------------------------------------------------------------------ topology
     @property
@@ -128,6 +129,7 @@ class RayTrainContext:
                 model, device_ids=ids, find_unused_parameters=self.find_unused_parameters
             )
         self.timer.attach(model)
+        self.in_loop = True
         return model
 
     def all_reduce_mean(self, t: Tensor) -> Tensor:
@@ -147,34 +149,57 @@ class RayTrainContext:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
+    def _broadcast_status(self, status: int) -> int:
+        if not self._distributed():
+            return status
+        t = torch.tensor([status], device=self.device)
+        dist.broadcast(t, src=0)
+        return int(t.item())
+
+    def stop_peers(self) -> None:
+        """Rank 0, after an error that cannot succeed: release the ranks waiting in report."""
+        if self.is_main and self.in_loop:
+            self.in_loop = False
+            self._broadcast_status(2)
+
+    def say(self, msg: str) -> None:
+        # one channel only: Ray Train's workers already echo both logging and stdout, and a
+        # print came out twice besides the log record
+        logger.warning(msg)
+
     # ------------------------------------------------------------------ checkpoints
     def checkpoint_path(self, step: int) -> Path:
         # the loop writes the checkpoint right after asking for its path and reports it right
         # after writing: the time in between is the checkpoint save (state_dicts + torch.save)
         self._save_started = time.perf_counter()
-        return self.scratch / "checkpoints" / f"step_{step:08d}"
+        return self.store.write_path(step)
 
     def latest_checkpoint(self) -> Path | None:
         """The checkpoint every rank resumes from (rank 0 chooses, the others follow)."""
         choice = None
-        if self.is_main and self.resume:
-            found = select_checkpoint(self.run_uri, self.scratch)
+        if self.is_main:
+            self.store.discard_partial()
+            found = self.store.find_latest() if self.resume else None
             if found is not None:
-                local, manifest, name = found
-                choice = (name, manifest.get("step"))
+                choice = (found.uri, found.step)
+                self.say(f"resuming from step {found.step}: {found.uri}")
+                local = found.path
+            else:
+                if self.store.skipped:
+                    self.say(
+                        f"no valid checkpoint in {self.store.root} "
+                        f"({len(self.store.skipped)} invalid, skipped): starting from step 0"
+                    )
+                self.store.reset()
+                if self._metrics is not None:
+                    self._metrics.start_fresh()
         choice = self._broadcast_object(choice)
         self._restore_started = time.perf_counter()
         if choice is None:
             return None
-        name, step = choice
-        self.resumed_from = remote.join(self.run_uri, name)
-        self.resumed_from_step = step
-        if self.is_main:
-            msg = f"resuming from step {step}: {self.resumed_from}"
-            logger.warning(msg)
-            print(f"[cmpnn_dist] {msg}", flush=True)
-            return local
-        return fetch_checkpoint(self.run_uri, name, self.scratch)
+        uri, step = choice
+        self.resumed_from, self.resumed_from_step = uri, step
+        return local if self.is_main else self.store.local(uri)
 
     def on_resume(self, history: list[dict[str, Any]], step: int) -> None:
         if self._restore_started is not None:  # load_checkpoint + load_state_dicts
@@ -184,84 +209,43 @@ class RayTrainContext:
             self._metrics.on_resume(history, step)
 
     def report(self, metrics: dict[str, Any], checkpoint_dir: Path | None) -> None:
-        """Log a history row; rows with a checkpoint go through ``ray.train.report``."""
+        """Log a history row; publish the checkpoint of this row (rank 0); then the status."""
         row = _plain(dict(metrics))
         if self._metrics is not None:
             self._metrics.report(row, None)
-        manifest = None
         if checkpoint_dir is not None and self.is_main:
-            if self._save_started is not None:
-                self.timings["checkpoint_save"] += time.perf_counter() - self._save_started
-                self.timings["checkpoint_saves"] += 1
-                self._save_started = None
-            manifest = read_manifest(Path(checkpoint_dir), verify_checksums=True)
-        has_ckpt = self._broadcast_flag(manifest is not None)
-        if not has_ckpt:
-            return
+            self._publish(Path(checkpoint_dir))
+        if self._broadcast_status(0) == 2:
+            self.in_loop = False
+            raise PeerStoppedError("rank 0 stopped on an error that cannot succeed on retry")
+
+    def _publish(self, local: Path) -> None:
+        if self._save_started is not None:
+            self.timings["checkpoint_save"] += time.perf_counter() - self._save_started
+            self.timings["checkpoint_saves"] += 1
+            self._save_started = None
         start = time.perf_counter()
-        ckpt = name = None
-        if manifest is not None:
-            step = int(manifest.get("step") or row.get("step") or 0)
-            name = f"step_{step:08d}-{uuid.uuid4().hex[:8]}"
-            ckpt = ray.train.Checkpoint.from_directory(str(checkpoint_dir))
-        ray.train.report(row, checkpoint=ckpt, checkpoint_dir_name=name)
-        if manifest is not None:
-            self._maybe_keep_best(Path(checkpoint_dir), manifest)
-            self._sync_metrics_file()
-            shutil.rmtree(checkpoint_dir, ignore_errors=True)
+        manifest = read_manifest(local, verify_checksums=True)
+        self.store.commit(local)
+        self.store.update_best(local, manifest)
+        self.store.prune(self.keep_last)
+        self._sync_metrics_file()
+        if self.store.remote:
+            shutil.rmtree(local, ignore_errors=True)
         self.timings["checkpoint_report"] += time.perf_counter() - start
-        if manifest is not None:
-            self.timings["checkpoint_bytes"] = float(
-                sum(f["size"] for f in manifest["files"].values())
-            )
-
-    def _broadcast_flag(self, flag: bool) -> bool:
-        if not self._distributed():
-            return flag
-        t = torch.tensor([int(flag)], device=self.device)
-        dist.broadcast(t, src=0)
-        return bool(t.item())
-
-    def _saved_best_score(self) -> float | None:
-        """Score of ``<run>/best`` left by an earlier attempt (so a restart keeps the best)."""
-        uri = remote.join(self.run_uri, BEST_DIR, "manifest.json")
-        if not self.resume or not remote.exists(uri):
-            return None
-        try:
-            score = json.loads(remote.read_text(uri)).get("meta", {}).get("score")
-        except ValueError:
-            return None
-        return float(score) if isinstance(score, (int, float)) else None
-
-    def _maybe_keep_best(self, local: Path, manifest: dict[str, Any]) -> None:
-        score = (manifest.get("meta") or {}).get("score")
-        if not isinstance(score, (int, float)):
-            return
-        if self._best_score is not None and score <= self._best_score:
-            return
-        self._best_score = float(score)
-        dst = remote.join(self.run_uri, BEST_DIR)
-        fs, path = remote.filesystem(dst)
-        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-        import pyarrow.fs as pafs
-
-        fs.create_dir(tmp, recursive=True)
-        pafs.copy_files(
-            str(local), tmp, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs
-        )
-        if fs.get_file_info(path).type != pafs.FileType.NotFound:
-            fs.delete_dir(path)
-        fs.move(tmp, path)
+        self.timings["checkpoint_bytes"] = float(sum(f["size"] for f in manifest["files"].values()))
 
     def _sync_metrics_file(self) -> None:
-        if self._metrics is None or not remote.is_uri(self.run_uri):
+        if self._metrics is None or not self.store.remote:
             return
+        from .remote import write_text
+
         csv_path = self._metrics.csv_path
         if csv_path.exists():
-            remote.write_text(remote.join(self.run_uri, "metrics.csv"), csv_path.read_text())
+            write_text(f"{self.run_uri}/metrics.csv", csv_path.read_text())
 
     def close(self) -> None:
         if self._metrics is not None:
             self._sync_metrics_file()
             self._metrics.close()
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        self.store.close()

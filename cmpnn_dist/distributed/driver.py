@@ -4,10 +4,12 @@ Ray Train V2 is the default in the installed Ray (``RAY_TRAIN_V2_ENABLED`` unset
 this module uses only APIs that V2 supports (``ray.train.report(checkpoint_dir_name=...)``,
 ``FailureConfig(max_failures)``, ``CheckpointConfig(num_to_keep)``).
 
-Where things live: ``RunConfig(storage_path=<storage_root>/runs, name=run_name)``, so the run
-folder ``<storage_root>/runs/<run_name>`` holds Ray's checkpoints ``step_<s>-<token>``, the
-``best`` checkpoint, ``metrics.csv``, TensorBoard events and ``results.json``.
-``storage_root`` may be a local path, a shared filesystem or a pyarrow URI (``s3://...``).
+Where things live: the run folder ``<storage_root>/runs/<run_name>`` (also Ray's
+``RunConfig(storage_path=<storage_root>/runs, name=run_name)``) holds ``checkpoints/step_<s>``
+and ``checkpoints/best`` (written by rank 0 through ``CheckpointStore``, exactly as in-process),
+``metrics.csv``, TensorBoard events and ``results.json``.  ``storage_root`` is absolute by now
+(resolved by the CLI, see ``training/run_folder.py``) and may be a shared filesystem or a
+pyarrow URI (``s3://...``); on several nodes it must be visible from all of them.
 
 Resume:
 
@@ -15,14 +17,18 @@ Resume:
   new one, up to ``cluster.max_failures`` times; ``fit`` in the new workers calls
   ``ctx.latest_checkpoint()``, which resumes from the newest valid checkpoint in the run folder;
 * (b) the job dies and is submitted again with the same ``run_name``: the same lookup finds the
-  checkpoints in the run folder (Ray V2 also reloads its checkpoint bookkeeping,
-  ``checkpoint_manager_snapshot.json``, so it keeps pruning the old ones);
+  checkpoints in the run folder (pruning works from the folder listing, so it goes on with
+  the old ones);
 * (c) a new ``run_name`` finds an empty folder and starts fresh; ``resume=false`` with an
   existing run folder renames that folder to ``<run_name>.replaced-<time>`` (nothing is
   deleted) and starts fresh.
 
-The resumed step is logged by rank 0 ("resuming from step N: <checkpoint>") and returned as
-``resumed_from_step``.
+The resumed step is announced once by rank 0 ("resuming from step N: <checkpoint>") and
+returned as ``resumed_from_step``.
+
+Errors that cannot succeed (see ``worker.py``) end the run after one attempt with
+:class:`FatalTrainingError`; a start that fails and leaves no checkpoint removes the run
+folder it created.
 
 Failures that must not hang: a rank stalled in a collective makes the others fail after
 ``cluster.collective_timeout_s`` (gloo / nccl process-group timeout, also used for Ray Train's
@@ -40,15 +46,22 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cmpnn_dist.training import run_folder as rf
+from cmpnn_dist.training.checkpoint_store import ENV_SCRATCH, CheckpointStore
+
 from . import faults, remote
 from .timing import ENV_TIMING
-from .worker import RESULT_FILE, train_worker
+from .worker import RESULT_FILE, Outcome, train_worker
 
 logger = logging.getLogger(__name__)
 
 
 class DistributedTrainingError(RuntimeError):
     """Distributed training failed for good (bad settings or retry budget exhausted)."""
+
+
+class FatalTrainingError(DistributedTrainingError):
+    """A worker hit an error that a retry cannot fix (reported once, never retried)."""
 
 
 def backend_for(cfg: Any) -> str:
@@ -87,13 +100,15 @@ def _init_ray(cfg: Any) -> bool:
     else:
         need = cfg.cluster.num_workers * cfg.cluster.cpus_per_worker
         num_cpus = max(os.cpu_count() or 1, math.ceil(need))
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
+        # address="local": a new Ray here, never a cluster someone else started on this machine
+        # (a bare ray.init() would join the one named in /tmp/ray/ray_current_cluster)
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
     return True
 
 
 def _worker_env() -> dict[str, str]:
     env = faults.propagated_env()
-    for key in (ENV_TIMING, "CMPNN_CACHE_DIR"):
+    for key in (ENV_TIMING, "CMPNN_CACHE_DIR", ENV_SCRATCH):
         if key in os.environ:
             env[key] = os.environ[key]
     return env
@@ -120,18 +135,21 @@ def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
         DistributedTrainingError: bad cluster settings, or every attempt failed.
     """
     import ray
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
     check_settings(cfg)
     cl = cfg.cluster
     if cfg.run_name is None:
         cfg.run_name = f"{cfg.data.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    cfg.storage_root = rf.resolve_storage_root(cfg.storage_root)  # workers get it absolute
+    rf.check_storage_root(cfg.storage_root)
     runs = remote.runs_root(cfg.storage_root)
     run_uri = remote.join(runs, cfg.run_name)
-    if not cfg.resume and remote.is_nonempty_dir(run_uri):
-        moved = remote.move_aside(run_uri, f"replaced-{time.strftime('%Y%m%d-%H%M%S')}")
-        logger.warning("resume=false: moved the existing run folder to %s", moved)
+    if not cfg.resume and rf.is_nonempty_dir(run_uri):
+        moved = rf.move_aside(run_uri)
+        print(f"[cmpnn_dist] resume=false: moved the existing run folder to {moved}", flush=True)
+    existed = rf.exists(run_uri)
     result_uri = remote.join(run_uri, RESULT_FILE)
     if remote.exists(result_uri):
         fs, path = remote.filesystem(result_uri)
@@ -148,10 +166,23 @@ def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
     if cl.use_gpu:
         resources["GPU"] = float(cl.gpus_per_worker)
     started = _init_ray(cfg)
+    failed = True
     try:
+        # on the driver's node, like Ray Train's controller: it outlives the loss of a worker node
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = ray.get_runtime_context().get_node_id()
+        outcome = Outcome.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)
+        ).remote()
         trainer = TorchTrainer(
             train_worker,
-            train_loop_config={"cfg": cfg, "run_uri": run_uri, "dataset": dataset},
+            train_loop_config={
+                "cfg": cfg,
+                "run_uri": run_uri,
+                "dataset": dataset,
+                "outcome": outcome,
+            },
             torch_config=TorchConfig(backend=backend, timeout_s=timeout_s),
             scaling_config=ScalingConfig(
                 num_workers=cl.num_workers, use_gpu=cl.use_gpu, resources_per_worker=resources
@@ -160,12 +191,11 @@ def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
                 name=cfg.run_name,
                 storage_path=runs,
                 failure_config=FailureConfig(max_failures=cl.max_failures),
-                checkpoint_config=CheckpointConfig(num_to_keep=max(1, cfg.checkpoint.keep_last)),
                 worker_runtime_env={"env_vars": _worker_env()},
             ),
         )
         try:
-            result = trainer.fit()
+            trainer.fit()
         except ray.train.TrainingFailedError as e:
             attempts = "every" if cl.max_failures < 0 else str(cl.max_failures + 1)
             raise DistributedTrainingError(
@@ -174,13 +204,20 @@ def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
                 f"submitting again with run_name={cfg.run_name} resumes from the last valid one."
                 f"\nlast error:\n{_first_lines(str(e))}"
             ) from e
+        error = ray.get(outcome.get.remote())
+        if error is not None:
+            raise FatalTrainingError(f"{error} (run {cfg.run_name!r}, not retried)")
         if not remote.exists(result_uri):
             raise DistributedTrainingError(
                 f"training finished but rank 0 left no {result_uri} (see the worker logs)"
             )
         summary = json.loads(remote.read_text(result_uri))
-        summary["checkpoint"] = result.checkpoint.path if result.checkpoint else None
+        newest = CheckpointStore(run_uri).candidates()
+        summary["checkpoint"] = newest[0][1] if newest else None
+        failed = False
         return summary
     finally:
+        if failed:
+            rf.remove_failed_start(run_uri, existed)
         if started:
             ray.shutdown()

@@ -11,7 +11,8 @@ so in a fresh run it is the forward pass of global step ``S``):
 ``CMPNN_FAULT_DIR=<dir>`` makes each fault fire once per run: the first firing leaves
 ``<dir>/<action>-rank<R>-step<S>.fired`` behind and later attempts skip it, unless the item
 ends in ``:always`` (to exhaust the retry budget).  Every attempt of every rank also appends
-``rank<R> pid<P>`` to ``<dir>/attempts.log``.  Without the directory faults fire every attempt.
+``rank<R> pid<P> node<N>`` to ``<dir>/attempts.log`` (:func:`log_attempt`).  Without the
+directory faults fire every attempt.
 
 The variables are read in the Ray worker; :func:`propagated_env` lists what the driver copies
 into the workers' runtime environment.
@@ -82,15 +83,22 @@ def _fire(fault: Fault, once_dir: Path | None) -> None:
     raise InjectedFault(f"injected crash on rank {fault.rank} at step {fault.step}")
 
 
+def log_attempt(rank: int, node: str = "") -> None:
+    """Append ``rank<R> pid<P> node<N>`` to ``$CMPNN_FAULT_DIR/attempts.log`` (when set); the
+    worker calls it first thing, so attempts that fail at start are counted too."""
+    once = os.environ.get(ENV_DIR)
+    if not once:
+        return
+    Path(once).mkdir(parents=True, exist_ok=True)
+    with open(Path(once) / "attempts.log", "a") as f:
+        f.write(f"rank{rank} pid{os.getpid()} node{node}\n")
+
+
 def install(module: nn.Module, rank: int) -> None:
     """Attach the faults of ``CMPNN_FAULT`` meant for ``rank`` to ``module``'s forward."""
     faults = [f for f in parse_faults(os.environ.get(ENV_FAULT, "")) if f.rank == rank]
     once = os.environ.get(ENV_DIR)
     once_dir = Path(once) if once else None
-    if once_dir is not None:
-        once_dir.mkdir(parents=True, exist_ok=True)
-        with open(once_dir / "attempts.log", "a") as f:
-            f.write(f"rank{rank} pid{os.getpid()}\n")
     if not faults:
         return
     calls = [0]

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
+from cmpnn_dist.storage.errors import StorageError
+
 COMPLETE_MARKER = ".cmpnn-download-complete"
 
 
@@ -118,7 +120,7 @@ def localize_dataset(path_or_uri: str | Path, cache_dir: Path | None = None) -> 
     target.parent.mkdir(parents=True, exist_ok=True)
     fs, src = pafs.FileSystem.from_uri(uri)
     if fs.get_file_info(src).type != pafs.FileType.Directory:
-        raise FileNotFoundError(f"dataset {uri}: no such folder on {type(fs).__name__}")
+        raise StorageError(f"dataset {uri}: no such folder on {type(fs).__name__}")
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
     try:
         pafs.copy_files(

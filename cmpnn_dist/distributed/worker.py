@@ -1,4 +1,14 @@
-"""The function every Ray Train worker runs: open the data, build the context, call ``fit``."""
+"""The function every Ray Train worker runs: open the data, build the context, call ``fit``.
+
+Errors that cannot succeed on a retry (:func:`is_fatal`: a checkpoint that does not fit the
+model or the data, a missing or bad dataset, a full disk, a read-only or non-directory
+storage root) do not go back to Ray, which would restart the worker group up to
+``cluster.max_failures`` times: the worker puts the message in the driver's
+:class:`Outcome` actor and returns normally, and the driver raises it as one error line
+(exit status 2).  Every rank must stop: errors at start (dataset, checkpoint restore) hit
+every rank alike; an error on rank 0 inside the training loop (writing a checkpoint, the
+metrics) releases the other ranks through the status broadcast of ``RayTrainContext.report``.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +16,40 @@ import json
 import logging
 from typing import Any
 
+import ray
 import torch
 
-from . import remote
-from .context import RayTrainContext
+from cmpnn_dist.storage.errors import StorageError
+from cmpnn_dist.training.checkpoint import CheckpointError, is_fatal_os_error
+
+from . import faults, remote
+from .context import PeerStoppedError, RayTrainContext
 
 logger = logging.getLogger(__name__)
 
 RESULT_FILE = "results.json"
+
+
+@ray.remote(num_cpus=0)
+class Outcome:
+    """Driver-side mailbox for the first error a worker found not worth retrying."""
+
+    def __init__(self) -> None:
+        self.error: str | None = None
+
+    def fail(self, message: str) -> None:
+        if self.error is None:
+            self.error = message
+
+    def get(self) -> str | None:
+        return self.error
+
+
+def is_fatal(exc: BaseException) -> bool:
+    """Errors that a restarted worker group would hit again."""
+    return isinstance(exc, (CheckpointError, StorageError, PeerStoppedError)) or is_fatal_os_error(
+        exc
+    )
 
 
 def result_summary(result: Any, ctx: RayTrainContext, run_uri: str) -> dict[str, Any]:
@@ -36,7 +72,8 @@ def train_worker(config: dict[str, Any]) -> None:
     """Ray Train's ``train_loop_per_worker``.
 
     ``config``: ``cfg`` (the resolved :class:`~cmpnn_dist.config.Config`), ``run_uri`` (the
-    run folder, local path or URI) and ``dataset`` (the dataset folder, local path or URI).
+    run folder, absolute path or URI), ``dataset`` (the dataset folder, absolute path or URI)
+    and ``outcome`` (an :class:`Outcome` handle, optional).
     """
     from cmpnn_dist.storage import open_dataset
     from cmpnn_dist.training.data import load_train_data
@@ -47,12 +84,32 @@ def train_worker(config: dict[str, Any]) -> None:
     if not cfg.cluster.use_gpu:
         # a fixed intra-op thread count keeps CPU reductions reproducible across restarts
         torch.set_num_threads(max(1, int(cfg.cluster.cpus_per_worker)))
-    ctx = RayTrainContext(run_uri, resume=cfg.resume, use_gpu=cfg.cluster.use_gpu)
+    ctx: RayTrainContext | None = None
+    faults.log_attempt(
+        ray.train.get_context().get_world_rank(), ray.get_runtime_context().get_node_id()
+    )
     try:
+        ctx = RayTrainContext(
+            run_uri,
+            resume=cfg.resume,
+            use_gpu=cfg.cluster.use_gpu,
+            keep_last=cfg.checkpoint.keep_last,
+        )
         data = load_train_data(open_dataset(remote.localize_dataset(config["dataset"])))
         result = fit(cfg, data, ctx, run_dir=ctx.run_dir)
+        ctx.in_loop = False
         if ctx.is_main:
             summary = result_summary(result, ctx, run_uri)
             remote.write_text(remote.join(run_uri, RESULT_FILE), json.dumps(summary, indent=1))
+    except Exception as exc:
+        if config.get("outcome") is None or not is_fatal(exc):
+            raise
+        rank = ray.train.get_context().get_world_rank()
+        if ctx is not None:
+            ctx.stop_peers()
+        if not isinstance(exc, PeerStoppedError):
+            logger.error("rank %d: %s (not retried)", rank, exc)
+            ray.get(config["outcome"].fail.remote(str(exc)))
     finally:
-        ctx.close()
+        if ctx is not None:
+            ctx.close()

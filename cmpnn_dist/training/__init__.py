@@ -7,9 +7,9 @@ from .checkpoint import (
     CheckpointError,
     find_latest_valid,
     load_checkpoint,
-    prune,
     save_checkpoint,
 )
+from .checkpoint_store import CheckpointStore
 from .context import LocalContext, TrainContext, resolve_device
 from .data import SplitData, TrainData, load_train_data, train_data_from_triples
 from .loop import FitResult, evaluate_split, fit
@@ -19,6 +19,7 @@ from .sampler import Batch, QuerySampler
 __all__ = [
     "Batch",
     "CheckpointError",
+    "CheckpointStore",
     "FitResult",
     "LocalContext",
     "QuerySampler",
@@ -30,7 +31,6 @@ __all__ = [
     "fit",
     "load_checkpoint",
     "load_train_data",
-    "prune",
     "resolve_device",
     "save_checkpoint",
     "self_adversarial_bce",

@@ -1,7 +1,8 @@
 """Atomic, checksummed checkpoint directories.
 
-A checkpoint is a directory ``<root>/step_XXXXXXXX`` (Ray's ``checkpoint_NNNNNN`` names are
-accepted too) holding::
+A checkpoint is a directory ``<root>/step_XXXXXXXX`` (the one name pattern of both the
+in-process and the Ray path; ``step_XXXXXXXX-<token>`` folders written by older Ray runs are
+still found) holding::
 
     state.pt        torch.save of the training state (plain containers and tensors only,
                     loadable with ``weights_only=True``)
@@ -12,10 +13,16 @@ Writing: the files go into a hidden temporary sibling ``.tmp-<name>-*``, each is
 ``os.replace``.  A checkpoint therefore counts only once its manifest is complete; a directory
 without a readable manifest, or whose files do not match it (size, sha256), is *torn*:
 :func:`find_latest_valid` skips it with a warning naming it and falls back to the previous one.
+A write that fails because the disk is full, read-only or not writable raises
+:class:`CheckpointError` (a user error: retrying cannot help).
+
+Run-level logic (where a run keeps its checkpoints, the ``best`` copy, pruning, local folders
+and pyarrow URIs alike) lives in :mod:`cmpnn_dist.training.checkpoint_store`.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -35,7 +42,27 @@ logger = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 STATE_FILE = "state.pt"
-_NAME = re.compile(r"^(?:step|checkpoint)_(\d+)$")
+_NAME = re.compile(r"^step_(\d+)(?:-[0-9a-z]+)?$")
+# a write failing with one of these cannot succeed on retry
+FATAL_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR}
+)
+
+
+def checkpoint_name(step: int) -> str:
+    """The folder name of the checkpoint of ``step``: ``step_XXXXXXXX``."""
+    return f"step_{int(step):08d}"
+
+
+def parse_checkpoint_name(name: str) -> int | None:
+    """The step of a checkpoint folder name (``step_N`` or legacy ``step_N-<token>``), else None."""
+    m = _NAME.match(name)
+    return int(m.group(1)) if m else None
+
+
+def is_fatal_os_error(exc: BaseException) -> bool:
+    """True for an OSError that a retry cannot fix (disk full, read-only, permission...)."""
+    return isinstance(exc, OSError) and exc.errno in FATAL_ERRNOS
 
 
 class CheckpointError(RuntimeError):
@@ -71,6 +98,18 @@ def save_checkpoint(dir: Path, state: dict[str, Any], meta: dict[str, Any] | Non
     An existing ``dir`` is replaced.
     """
     dir = Path(dir)
+    try:
+        return _save(dir, state, meta)
+    except OSError as e:
+        if is_fatal_os_error(e):
+            raise CheckpointError(
+                f"cannot write checkpoint {dir}: {e.strerror or e} "
+                "(free space or fix the permissions of storage_root)"
+            ) from e
+        raise
+
+
+def _save(dir: Path, state: dict[str, Any], meta: dict[str, Any] | None) -> Path:
     parent = dir.parent
     parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{dir.name}-", dir=parent))
@@ -149,15 +188,16 @@ def load_checkpoint(dir: Path, map_location: str | torch.device = "cpu") -> dict
 
 
 def list_checkpoints(root: Path) -> list[tuple[int, Path]]:
-    """``(number, path)`` of every ``step_N`` / ``checkpoint_N`` directory, oldest first."""
+    """``(step, path)`` of every checkpoint folder directly under ``root``, oldest first
+    (several folders of one step, only in legacy Ray runs: by name)."""
     root = Path(root)
     if not root.is_dir():
         return []
     found = []
     for p in root.iterdir():
-        m = _NAME.match(p.name)
-        if m and p.is_dir():
-            found.append((int(m.group(1)), p))
+        step = parse_checkpoint_name(p.name)
+        if step is not None and p.is_dir():
+            found.append((step, p))
     return sorted(found)
 
 
@@ -176,39 +216,3 @@ def find_latest_valid(root: Path, verify_checksums: bool = True) -> Path | None:
             continue
         return path
     return None
-
-
-def prune(root: Path, keep_last: int, best: Path | None = None) -> list[Path]:
-    """Delete checkpoints under ``root`` except the newest ``keep_last`` valid ones and the best.
-
-    The best is ``best`` when given, else the valid checkpoint with the highest
-    ``manifest["meta"]["score"]`` (earliest on ties).  Invalid (torn) directories older than
-    the newest valid one are deleted too.  Returns the deleted paths.
-    """
-    entries = list_checkpoints(root)
-    valid: list[tuple[int, Path, dict]] = []
-    invalid: list[tuple[int, Path]] = []
-    for num, path in entries:
-        try:
-            valid.append((num, path, read_manifest(path, verify_checksums=False)))
-        except CheckpointError:
-            invalid.append((num, path))
-    keep = {path for _, path, _ in valid[-keep_last:]} if keep_last > 0 else set()
-    if best is not None:
-        keep.add(Path(best))
-    else:
-        scored = [(m.get("meta", {}).get("score"), -num, path) for num, path, m in valid]
-        scored = [s for s in scored if isinstance(s[0], (int, float))]
-        if scored:
-            keep.add(max(scored)[2])
-    newest_valid = valid[-1][0] if valid else -1
-    removed = []
-    for _, path, _ in valid:
-        if path not in keep:
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    for num, path in invalid:
-        if num < newest_valid:
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    return removed

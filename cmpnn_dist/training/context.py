@@ -10,7 +10,9 @@
   verified when passed; a checkpoint that failed to write is never reported).
 * ``checkpoint_path(step)`` says where the main rank writes the checkpoint of ``step``
   (a Ray context may return a temporary directory and hand it to ``ray.train.report``).
-* ``latest_checkpoint()`` is the checkpoint to resume from (None: start fresh).
+* ``latest_checkpoint()`` is the checkpoint to resume from (None: start fresh); it announces
+  the choice once ("resuming from step N: <checkpoint>", or "starting from step 0" when every
+  checkpoint was invalid).
 * ``on_resume(history, step)`` is called after a checkpoint was loaded, with the restored
   history, so persisted logs can drop rows newer than ``step`` (work lost by the failure).
 * ``all_reduce_mean`` averages a tensor over ranks (identity on one process); gradients are
@@ -23,13 +25,17 @@ import csv
 import logging
 import math
 import os
+import shutil
+import sys
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor, nn
 
-from .checkpoint import find_latest_valid, list_checkpoints, prune
+from .checkpoint import read_manifest
+from .checkpoint_store import CheckpointStore
+from .run_folder import is_nonempty_dir, move_aside
 
 logger = logging.getLogger(__name__)
 
@@ -72,16 +78,24 @@ def resolve_device(name: str) -> torch.device:
 
 
 class LocalContext:
-    """One process: checkpoints under ``<run_dir>/checkpoints/step_XXXXXXXX``, metrics in
-    ``<run_dir>/metrics.csv`` and TensorBoard event files under ``<run_dir>/tensorboard``.
+    """One process: checkpoints under ``<run_dir>/checkpoints/step_XXXXXXXX`` (and ``best``, see
+    :mod:`~cmpnn_dist.training.checkpoint_store`), metrics in ``<run_dir>/metrics.csv`` and
+    TensorBoard event files under ``<run_dir>/tensorboard``.
+
+    The run folder is created at the first write, so a start that fails before training
+    leaves nothing behind.  On every start the logs are made to match the checkpoint the run
+    continues from: resumed at step ``s``, metrics.csv and the TensorBoard events are rewritten
+    from the checkpoint's history (rows up to ``s``, each once); started fresh in an existing
+    folder (no valid checkpoint), the old logs and ``best`` are removed.
 
     Args:
-        run_dir: the run's directory (created).
+        run_dir: the run's directory.
         device: torch device for training.
-        keep_last: checkpoints kept besides the best one (by ``meta.score``, the valid MRR).
-        resume: when False and ``run_dir`` already holds a valid checkpoint, raise instead of
-            silently mixing two runs in one directory.
+        keep_last: checkpoints kept (``checkpoints/best`` is kept besides them).
+        resume: False moves an existing, non-empty ``run_dir`` aside to
+            ``<run_dir>.replaced-<time>`` and starts fresh.
         tensorboard: also write TensorBoard scalars.
+        announce: print "resuming from step N" / "starting from step 0" lines (main rank).
     """
 
     rank = 0
@@ -94,28 +108,34 @@ class LocalContext:
         keep_last: int = 2,
         resume: bool = True,
         tensorboard: bool = True,
+        announce: bool = True,
     ) -> None:
-        self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir = Path(run_dir).expanduser().resolve()
         self.device = torch.device(device)
         self.keep_last = keep_last
         self.resume = resume
-        self.checkpoint_root = self.run_dir / "checkpoints"
+        self.store = CheckpointStore(self.run_dir)
+        self.checkpoint_root = Path(self.store.root)
         self.csv_path = self.run_dir / "metrics.csv"
+        self.tb_dir = self.run_dir / "tensorboard"
         self._tensorboard = tensorboard
+        self._announce = announce
         self._writer = None
-        self._purge_step: int | None = None
         self._columns: list[str] = list(BASE_COLUMNS)
         self._rows: list[dict[str, Any]] = []
-        if not resume and list_checkpoints(self.checkpoint_root):
-            raise ValueError(
-                f"{self.checkpoint_root} already holds checkpoints but resume=false; "
-                "pick another run_name"
-            )
+        self.moved_aside: str | None = None
+        if not resume and is_nonempty_dir(str(self.run_dir)):
+            self.moved_aside = move_aside(str(self.run_dir))
+            self.say(f"resume=false: moved the existing run folder to {self.moved_aside}")
 
     @property
     def is_main(self) -> bool:
         return True
+
+    def say(self, msg: str) -> None:
+        logger.info(msg)
+        if self._announce:
+            print(f"[cmpnn_dist] {msg}", file=sys.stderr, flush=True)
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
         return model
@@ -124,24 +144,50 @@ class LocalContext:
         return t
 
     def checkpoint_path(self, step: int) -> Path:
-        return self.checkpoint_root / f"step_{step:08d}"
+        return self.store.write_path(step)
 
     def latest_checkpoint(self) -> Path | None:
-        if not self.resume:
-            return None
-        return find_latest_valid(self.checkpoint_root)
+        """The newest valid checkpoint (announced); None starts fresh and clears old logs."""
+        found = self.store.find_latest() if self.resume else None
+        if found is not None:
+            self.say(f"resuming from step {found.step}: {found.uri}")
+            return found.path
+        if self.store.skipped:
+            self.say(
+                f"no valid checkpoint in {self.store.root} ({len(self.store.skipped)} invalid, "
+                "skipped): starting from step 0"
+            )
+        self.start_fresh()
+        return None
+
+    def start_fresh(self) -> None:
+        """Drop logs and ``best`` left in the run folder by attempts that cannot be resumed."""
+        self.store.reset()
+        self._rows = []
+        self._columns = list(BASE_COLUMNS)
+        self.csv_path.unlink(missing_ok=True)
+        self._reset_tensorboard()
+
+    def commit_checkpoint(self, path: Path) -> dict[str, Any]:
+        """Publish the checkpoint just written at ``path``: verify it, update ``best``, prune."""
+        manifest = read_manifest(path, verify_checksums=True)
+        self.store.commit(path)
+        self.store.update_best(path, manifest)
+        self.store.prune(self.keep_last)
+        return manifest
 
     # ------------------------------------------------------------------ metrics
     def on_resume(self, history: list[dict[str, Any]], step: int) -> None:
-        """Rewrite metrics.csv from the restored history; TensorBoard drops events > step."""
+        """Rewrite metrics.csv and the TensorBoard events from the restored history (rows up
+        to ``step``), so the work lost by the failure is logged once, when it is redone."""
         self._rows = [dict(r) for r in history]
+        self._columns = list(BASE_COLUMNS)
         for row in self._rows:
             self._add_columns(row)
         self._rewrite_csv()
-        self._purge_step = step + 1
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        self._reset_tensorboard()
+        for row in self._rows:
+            self._log_tensorboard(row)
 
     def report(self, metrics: dict[str, Any], checkpoint_dir: Path | None) -> None:
         row = dict(metrics)
@@ -153,7 +199,7 @@ class LocalContext:
                 csv.DictWriter(f, self._columns, extrasaction="ignore").writerow(row)
         self._log_tensorboard(row)
         if checkpoint_dir is not None:
-            prune(self.checkpoint_root, self.keep_last)
+            self.commit_checkpoint(Path(checkpoint_dir))
 
     def _add_columns(self, row: dict[str, Any]) -> bool:
         new = [k for k in row if k not in self._columns]
@@ -161,6 +207,7 @@ class LocalContext:
         return bool(new)
 
     def _rewrite_csv(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.csv_path.with_name(self.csv_path.name + ".tmp")
         with open(tmp, "w", newline="") as f:
             w = csv.DictWriter(f, self._columns, extrasaction="ignore")
@@ -168,16 +215,19 @@ class LocalContext:
             w.writerows(self._rows)
         os.replace(tmp, self.csv_path)
 
+    def _reset_tensorboard(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        shutil.rmtree(self.tb_dir, ignore_errors=True)
+
     def _log_tensorboard(self, row: dict[str, Any]) -> None:
         if not self._tensorboard or "step" not in row:
             return
         if self._writer is None:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._writer = SummaryWriter(
-                str(self.run_dir / "tensorboard"), purge_step=self._purge_step
-            )
-            self._purge_step = None
+            self._writer = SummaryWriter(str(self.tb_dir))
         kind = row.get("kind", "train")
         for key, value in row.items():
             if key in ("kind", "step", "epoch") or isinstance(value, bool):

@@ -93,6 +93,11 @@ class Trainer:
         self.last_valid_mrr: float | None = None
         self.resumed_from: int | None = None
         self.config_dict = config_to_dict(cfg)
+        # checkpoint.every_minutes: the clock restarts at each checkpoint; the decision rides on
+        # the loss all-reduce (any rank past the interval -> all ranks checkpoint together)
+        self._minutes = getattr(cfg.checkpoint, "every_minutes", None)
+        self._last_save = time.monotonic()
+        self._time_due = False
 
     def graph(self, g: Any) -> Any:
         """``g`` on the training device, cached (keeps Graph's lookup caches alive)."""
@@ -125,6 +130,7 @@ class Trainer:
 
     def save(self) -> Path | None:
         """Write a checkpoint of the current step (main rank only; others get None)."""
+        self._last_save = time.monotonic()
         if not self.ctx.is_main:
             return None
         meta = {}
@@ -164,7 +170,7 @@ class Trainer:
         self.last_valid_mrr = state["last_valid_mrr"]
         restore_rng_state(state["rng"])
         self.resumed_from = self.step
-        logger.warning("resumed from step %d (%s)", self.step, path)
+        logger.debug("resumed from step %d (%s)", self.step, path)  # the context announces it
         self.ctx.on_resume(self.history, self.step)
 
     # ------------------------------------------------------------------ steps
@@ -187,7 +193,13 @@ class Trainer:
         loss.backward()
         self.optimizer.step()
         self.scheduler.step()
-        return float(self.ctx.all_reduce_mean(loss.detach()).item())
+        if not self._minutes:
+            return float(self.ctx.all_reduce_mean(loss.detach()).item())
+        due = time.monotonic() - self._last_save >= 60.0 * self._minutes
+        both = torch.stack([loss.detach(), loss.new_tensor(float(due))])
+        loss_mean, due_mean = self.ctx.all_reduce_mean(both).tolist()
+        self._time_due = due_mean > 0
+        return float(loss_mean)
 
     def validate(self, epoch: int) -> dict[str, Any]:
         """Validation row; updates the best weights (highest valid MRR, earliest on ties).
@@ -246,7 +258,8 @@ class Trainer:
                 row = {"kind": "train", "step": self.step, "epoch": epoch, "loss": loss, "lr": lr}
                 row["time_s"] = round(time.perf_counter() - t0, 3)
                 ckpt = None
-                if every and self.step % every == 0 and not epoch_end and self.step < total:
+                due = bool(every and self.step % every == 0) or self._time_due
+                if due and not epoch_end and self.step < total:
                     self.history.append(row)
                     ckpt = self.save()
                     ctx.report(row, ckpt)

@@ -1,0 +1,154 @@
+"""Where runs live: the storage root, the run folder's life cycle, and the run's first lines.
+
+``storage_root`` (datasets under ``<root>/datasets``, runs under ``<root>/runs``) is resolved
+once, in the process that parses the command line, to an absolute path (or a pyarrow URI,
+kept as is), and only that absolute value reaches Ray workers:
+
+1. ``storage_root=...`` on the command line or in a preset, when given;
+2. else ``$CMPNN_STORAGE_ROOT``;
+3. else ``./storage`` in the working directory -- except inside a job started with
+   ``ray job submit --working-dir``: its working directory is a copy in Ray's temporary session
+   folder that vanishes with the cluster, so the default there is ``~/cmpnn_dist/storage``
+   (the head node's home), and a *relative* ``storage_root`` is an error.
+
+For multi-node clusters the storage root must be visible from every node (a shared
+filesystem or a URI such as ``s3://bucket/cmpnn``), as for Ray Train's ``storage_path``.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from cmpnn_dist.config import ENV_STORAGE_ROOT, default_storage_root  # noqa: F401 (re-export)
+from cmpnn_dist.storage.errors import StorageError
+
+from .checkpoint_store import CheckpointStore, _delete_dir, filesystem, is_uri
+
+ENV_MIN_FREE_MB = "CMPNN_MIN_FREE_MB"
+DEFAULT_MIN_FREE_MB = 64
+RAY_WORKING_DIR_MARK = "runtime_resources/working_dir_files"
+
+
+def in_ray_working_dir(path: Path | None = None) -> bool:
+    """True when ``path`` (default: the working dir) is a ``ray job --working-dir`` copy."""
+    return RAY_WORKING_DIR_MARK in str(path or Path.cwd())
+
+
+def resolve_storage_root(value: str) -> str:
+    """``value`` as an absolute path (or URI); a relative path inside a Ray job is an error."""
+    if is_uri(value):
+        return value.rstrip("/")
+    path = Path(value).expanduser()
+    if not path.is_absolute() and in_ray_working_dir():
+        raise StorageError(
+            f"storage_root={value} is relative and this job runs in Ray's temporary working "
+            f"dir {Path.cwd()}, which vanishes with the cluster; give an absolute path on a "
+            f"filesystem every node sees, or set {ENV_STORAGE_ROOT}"
+        )
+    return str(path.resolve())
+
+
+def check_storage_root(root: str) -> None:
+    """Fail fast (StorageError, one line) when runs cannot be written under ``root``:
+    not a directory, not writable (read-only filesystem, permissions) or nearly full
+    (less than ``$CMPNN_MIN_FREE_MB``, default 64 MB, free)."""
+    if is_uri(root):
+        try:
+            filesystem(root)
+        except Exception as e:  # noqa: BLE001 - pyarrow raises several types for bad URIs
+            raise StorageError(f"storage_root={root}: {e}") from None
+        return
+    path = Path(root)
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise StorageError(f"storage_root={root}: {existing} is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".cmpnn-write-probe-", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise StorageError(
+            f"storage_root={root} is not writable ({e.strerror or e}); "
+            f"pick another storage_root or set {ENV_STORAGE_ROOT}"
+        ) from None
+    need = float(os.environ.get(ENV_MIN_FREE_MB, DEFAULT_MIN_FREE_MB))
+    free = shutil.disk_usage(path).free / 2**20
+    if free < need:
+        raise StorageError(
+            f"storage_root={root}: only {free:.0f} MB free, need at least {need:.0f} MB "
+            f"({ENV_MIN_FREE_MB}); free space or pick another storage_root"
+        )
+
+
+def run_folder(storage_root: str, run_name: str) -> str:
+    return f"{storage_root.rstrip('/')}/runs/{run_name}"
+
+
+def exists(path_or_uri: str) -> bool:
+    if not is_uri(path_or_uri):
+        return Path(path_or_uri).exists()
+    import pyarrow.fs as pafs
+
+    fs, path = filesystem(path_or_uri)
+    return fs.get_file_info(path).type != pafs.FileType.NotFound
+
+
+def is_nonempty_dir(path_or_uri: str) -> bool:
+    if not is_uri(path_or_uri):
+        p = Path(path_or_uri)
+        return p.is_dir() and any(p.iterdir())
+    import pyarrow.fs as pafs
+
+    fs, path = filesystem(path_or_uri)
+    if fs.get_file_info(path).type != pafs.FileType.Directory:
+        return False
+    return bool(fs.get_file_info(pafs.FileSelector(path, recursive=False)))
+
+
+def move_aside(run: str) -> str:
+    """Rename run folder ``run`` to ``<run>.replaced-<time>`` (nothing is deleted)."""
+    target = f"{run.rstrip('/')}.replaced-{time.strftime('%Y%m%d-%H%M%S')}"
+    n = 1
+    while exists(target):
+        n += 1
+        target = f"{run.rstrip('/')}.replaced-{time.strftime('%Y%m%d-%H%M%S')}-{n}"
+    fs, path = filesystem(run)
+    fs.move(path, filesystem(target)[1])
+    return target
+
+
+def remove_failed_start(run: str, existed_before: bool) -> bool:
+    """After a failed start: delete the run folder if this start created it and it holds no
+    checkpoint (nothing there can be resumed).  Returns True when it was deleted."""
+    if existed_before or not exists(run):
+        return False
+    if CheckpointStore(run).candidates():
+        return False
+    _delete_dir(run)
+    return True
+
+
+def banner(run: str, storage_root: str, argv: Sequence[str], run_name: str) -> list[str]:
+    """The first lines of a run: where it lives and the command that resumes it."""
+    source = (
+        "from storage_root="
+        if any(a.split("=", 1)[0].lstrip("+") == "storage_root" for a in argv)
+        else f"from ${ENV_STORAGE_ROOT}"
+        if os.environ.get(ENV_STORAGE_ROOT)
+        else "default"
+    )
+    args = [a for a in argv if a.split("=", 1)[0].lstrip("+") not in ("run_name", "resume")]
+    resume = shlex.join(["python", "-m", "cmpnn_dist.train", *args, f"run_name={run_name}"])
+    return [
+        f"run folder: {run}  (storage_root {storage_root}, {source})",
+        f"resume with: {resume}",
+    ]
