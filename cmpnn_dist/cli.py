@@ -97,7 +97,7 @@ def _one_line(exc: BaseException) -> str:
 
 _CHOICES: dict[str, tuple[Any, ...]] = {
     "model.init": (0, 1, 2, 3),
-    "model.message": (1, 2, 3),
+    "model.message": (1, 2, 3, "query_mul", "relation_mul", "linear", "rotate", "transe"),
     "model.aggregate": ("sum", "mean", "max", "pna"),
     "model.history": ("t", "0"),
     "model.readout": ("none", "sum", "relation"),

@@ -43,7 +43,9 @@ class ModelConfig:
     """The C-MPNN design space (paper section 4.1 and appendix E)."""
 
     init: int = 2  # INIT 0 zeros, 1 indicator*1, 2 indicator*z_q, 3 indicator*(z_q+eps)
-    message: int = 1  # MSG 1: h*W_r z_q, 2: h*b_r, 3: W_r h (basis decomposition)
+    # MSG 1 | query_mul: h*W_r z_q, 2 | relation_mul: h*b_r, 3 | linear: W_r h (bases),
+    # transe: h + W_r z_q, rotate: h o exp(i W_r z_q); cmpnn_dist.model.messages.choices()
+    message: int | str = 1
     num_bases: int | None = None  # MSG 3 only; None means one basis per relation
     aggregate: str = "sum"  # sum | mean | max | pna
     history: str = "t"  # "t": f(t)=t,  "0": f(t)=0
