@@ -102,8 +102,9 @@ def relation_major(table: Tensor) -> Tensor:
 
 def relation_rows(prepared: Tensor, rel: Tensor) -> Tensor:
     """Rows ``rel`` [n] of a :func:`relation_major` table: [n, B or 1, k], broadcasting
-    against ``x_src`` [n, B, d]."""
-    return torch.index_select(prepared, 0, rel)
+    against ``x_src`` [n, B, d].  (Advanced indexing, whose backward accumulates in the
+    table's dtype: the naive oracle's bfloat16 gradients stay those of the obvious code.)"""
+    return prepared[rel]
 
 
 def prepare_vector(params: Params) -> Params:
