@@ -32,8 +32,13 @@ class GenericKernel(Kernel):
 
     in_place = False  # compute may return a fresh tensor or a view: never modified in place
 
-    def __init__(self, message: EdgeMessage):
+    def __init__(self, message: EdgeMessage, prepared: tuple[Tensor, ...], num_relations: int):
         self.message = message
+        # rows of relation-major tables a piece gathers per edge (a basis message's W_r is
+        # d x d): counted in the piece budget, as reference's basis kernel does
+        self.extra_per_edge = sum(
+            p[0].numel() for p in prepared if p.dim() > 0 and p.shape[0] == num_relations
+        )
 
     def messages(self, x: Tensor, params: tuple[Tensor, ...], src: Tensor, rel: Tensor) -> Tensor:
         return self.message.compute(torch.index_select(x, 0, src), rel, params)
@@ -83,5 +88,5 @@ def propagate(
                           chunk_elements=chunk_elements)  # fmt: skip
     edge = get_message(message)
     params = edge.prepared(as_params(relation))  # differentiable, outside the pieces
-    kernel = GenericKernel(edge)
+    kernel = GenericKernel(edge, params, graph.num_relations)
     return run(graph, x, params, kernel, aggregators, edge_mask, edge_weight, chunk_elements)

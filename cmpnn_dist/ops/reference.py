@@ -88,7 +88,7 @@ def propagate(
     elif message == "basis":
         kernel = BasisKernel(x.shape[-1])
     else:
-        kernel = GenericKernel(edge)
+        kernel = GenericKernel(edge, params, graph.num_relations)
     return run(graph, x, params, kernel, aggregators, edge_mask, edge_weight, chunk_elements)
 
 
