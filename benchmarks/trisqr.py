@@ -4,7 +4,8 @@ Each of the 100 graph pairs (70 train, 30 test) is a small graph of its own, so 
 one graph at a time and the global readout sums over that graph only, as in the paper.
 Model: INIT 2, sum aggregation, MSG 2, f(t) = t, 4 layers of 32; Adam; BCE on the r0 facts
 (positives) and their counterpart nodes (negatives).  Accuracy = fraction of test
-positives and negatives on the right side of p = 0.5.
+positives and negatives on the right side of p = 0.5 (``cmpnn_dist.evaluation.pair_accuracy``,
+the metric ``python -m cmpnn_dist.train conf=trisqr`` reports as ``test.accuracy``).
 
     python benchmarks/trisqr.py [--epochs 500] [--lr 1e-4] [--seeds 0]
 """
@@ -23,6 +24,7 @@ import torch
 
 from cmpnn_dist.config import ModelConfig, OpsConfig
 from cmpnn_dist.convert.synthetic import trisqr_graphs
+from cmpnn_dist.evaluation import sign_accuracy, triple_logits
 from cmpnn_dist.graph import graph_from_triples
 from cmpnn_dist.model import CMPNN
 
@@ -45,14 +47,18 @@ def prepare(graphs: list) -> list[tuple]:
 
 
 def accuracy(model: CMPNN, data: list[tuple]) -> float:
+    """The product's TRI-SQR metric (cmpnn_dist.evaluation.pair_accuracy), graph by graph."""
     model.eval()
-    correct = total = 0
+    pos, neg = [], []
     with torch.no_grad():
         for graph, u, targets, labels in data:
-            logits = model(graph, torch.tensor([u]), torch.tensor([QUERY_RELATION]))[0, targets]
-            correct += int(((logits > 0).float() == labels).sum())
-            total += labels.numel()
-    return correct / total
+            facts = torch.stack(
+                [torch.full_like(targets, u), torch.full_like(targets, QUERY_RELATION), targets], 1
+            )
+            logits = triple_logits(model, graph, facts)
+            pos.append(logits[labels == 1])
+            neg.append(logits[labels == 0])
+    return sign_accuracy(torch.cat(pos), torch.cat(neg))
 
 
 def run(readout: str, epochs: int, lr: float, seed: int, train: list, test: list) -> dict:

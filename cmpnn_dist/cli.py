@@ -16,7 +16,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from cmpnn_dist.config import Config, register_configs
+from cmpnn_dist.config import Config, ConfigError, register_configs, validate
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_ROOT.parent
@@ -71,6 +71,7 @@ def compose_config(preset: str, overrides: Sequence[str]) -> Config:
     if preset not in presets:
         raise UsageError(f"unknown preset conf={preset!r}; choose one of: {', '.join(presets)}")
     GlobalHydra.instance().clear()
+    user_overrides = list(overrides)
     if not any(o.split("=", 1)[0].lstrip("+~") == "data_root" for o in overrides):
         overrides = [f"data_root={default_data_root()}", *overrides]
     try:
@@ -79,11 +80,13 @@ def compose_config(preset: str, overrides: Sequence[str]) -> Config:
         OmegaConf.resolve(cfg)
         obj = OmegaConf.to_object(cfg)
     except Exception as exc:  # Hydra / OmegaConf errors: keep the message, drop the trace
-        raise UsageError(
-            f"config error in conf/{preset}.yaml with {list(overrides)}: {_one_line(exc)}"
-        ) from exc
+        given = f" with {' '.join(user_overrides)}" if user_overrides else ""
+        raise UsageError(f"config error in conf/{preset}.yaml{given}: {_one_line(exc)}") from exc
     assert isinstance(obj, Config)
-    validate_config(obj)
+    try:
+        validate(obj)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from exc
     return obj
 
 
@@ -95,87 +98,93 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
-_CHOICES: dict[str, tuple[Any, ...]] = {
-    "model.init": (0, 1, 2, 3),
-    "model.message": (1, 2, 3, "query_mul", "relation_mul", "linear", "rotate", "transe"),
-    "model.aggregate": ("sum", "mean", "max", "pna"),
-    "model.history": ("t", "0"),
-    "model.readout": ("none", "sum", "relation"),
-    "ops.impl": ("auto", "reference", "naive", "fused", "scatter"),
-    "train.remove_query_edges": ("none", "query", "one_hop", "candidates"),
-    "train.device": ("auto", "cpu", "cuda"),
-    "cluster.backend": ("auto", "gloo", "nccl"),
-}
-
-
-def validate_config(cfg: Config) -> None:
-    """Value checks the type system cannot express; raises UsageError naming the key."""
-    for dotted, choices in _CHOICES.items():
-        section, key = dotted.split(".")
-        value = getattr(getattr(cfg, section), key)
-        if value not in choices:
-            raise UsageError(f"bad value {value!r} for {dotted}; choose one of {list(choices)}")
-    positive = {
-        "model.num_layers": cfg.model.num_layers,
-        "model.hidden_dim": cfg.model.hidden_dim,
-        "train.batch_size": cfg.train.batch_size,
-        "train.num_negatives": cfg.train.num_negatives,
-        "eval.batch_size": cfg.eval.batch_size,
-        "data.num_shards": cfg.data.num_shards,
-    }
-    for key, value in positive.items():
-        if value <= 0:
-            raise UsageError(f"{key} must be positive, got {value}")
-    workers = max(cfg.cluster.num_workers, 1)
-    if cfg.train.batch_size % workers:
-        raise UsageError(
-            f"train.batch_size={cfg.train.batch_size} is the global batch and must be "
-            f"divisible by cluster.num_workers={cfg.cluster.num_workers}"
-        )
-
-
 def dataset_path(cfg: Config) -> Path:
     return Path(cfg.storage_root).expanduser().resolve() / "datasets" / cfg.data.name
 
 
 def ensure_dataset(cfg: Config, progress: bool = True) -> Path:
-    """Return the dataset folder, converting it from ``cfg.data.source`` on first use."""
+    """Return the dataset folder, (re)building it from ``cfg.data.source`` when needed.
+
+    A cached dataset is used when its recorded source (raw files: size, mtime, sha256; the
+    ``data.*`` keys that shape it; the converter version) still matches; otherwise it is
+    rebuilt atomically, with one line saying why.  A source that cannot be read is a
+    UsageError unless ``data.allow_missing_source=true``; ``data.rebuild=true`` forces a
+    rebuild.  See :mod:`cmpnn_dist.convert.source`.
+    """
+    from cmpnn_dist.convert.source import BuildSpec, build, plan
     from cmpnn_dist.storage import StorageError
 
+    d = cfg.data
     path = dataset_path(cfg)
-    if (path / "manifest.json").is_file():
-        return path
-    from cmpnn_dist.convert import build_dataset
-
-    raw = cfg.data.raw_path
-    if raw is not None and not cfg.data.source.startswith("synthetic:"):
-        if not Path(raw).expanduser().exists():
-            raise UsageError(
-                f"data for conf {cfg.data.name!r} not found: {raw} does not exist "
-                f"(source {cfg.data.source}); set data.raw_path or data_root=..."
-            )
-    if progress:
-        print(f"building dataset {cfg.data.name} from {cfg.data.source} -> {path}", file=sys.stderr)
+    wanted = BuildSpec.make(
+        d.source,
+        d.raw_path,
+        num_shards=d.num_shards,
+        drop_unseen_entities=d.drop_unseen_entities,
+        keep_unseen_entities=d.keep_unseen_entities,
+        node_types=d.node_types,
+        synthetic=dict(d.synthetic),
+        origin="config",
+    )
     try:
-        build_dataset(
-            cfg.data.source,
-            path,
-            raw_path=raw,
-            num_shards=cfg.data.num_shards,
-            drop_unseen_entities=cfg.data.drop_unseen_entities,
-            keep_unseen_entities=cfg.data.keep_unseen_entities,
-            node_types=cfg.data.node_types,
-            synthetic=dict(cfg.data.synthetic),
-            name=cfg.data.name,
+        todo = plan(path, wanted, force=d.rebuild)
+    except (StorageError, OSError) as exc:
+        raise UsageError(f"cannot check dataset {path}: {exc}") from exc
+    if todo.note:
+        print(todo.note, file=sys.stderr)
+    if todo.action == "use":
+        return path
+    if todo.action == "error":
+        if not d.allow_missing_source:
+            raise UsageError(todo.reason)
+        print(f"warning: {todo.reason.split('; ')[0]}; using the cached copy", file=sys.stderr)
+        return path
+    spec = todo.spec
+    if spec.raw_path is not None and not Path(spec.raw_path).exists():
+        raise UsageError(
+            f"data for {d.name!r} not found: {spec.raw_path} does not exist "
+            f"(source {spec.source}); set data.raw_path=... or data_root=..."
         )
+    if todo.cached:
+        print(f"rebuilding dataset {d.name}: {todo.reason}", file=sys.stderr)
+    elif progress:
+        print(f"building dataset {d.name} from {spec.source} -> {path}", file=sys.stderr)
+    try:
+        build(spec, path, todo.name or d.name)
     except (StorageError, FileNotFoundError) as exc:
         raise UsageError(str(exc)) from exc
     return path
 
 
+def help_text(doc: str | None) -> str:
+    """``--help``: the command's docstring, the presets and every config key with its default
+    and, for choice fields, the allowed values (read from the schema, so it never drifts)."""
+    import dataclasses
+
+    lines = [(doc or "").strip(), "", "presets (conf=NAME): " + ", ".join(available_presets())]
+    lines += ["", "config keys (key=value; defaults before any preset):"]
+
+    def walk(obj: Any, prefix: str) -> None:
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if dataclasses.is_dataclass(value):
+                walk(value, f"{prefix}{f.name}.")
+                continue
+            allowed = f.metadata.get("choices")
+            extra = f"  ({' | '.join(map(str, allowed))})" if allowed else ""
+            lines.append(f"  {prefix}{f.name}={value!r}{extra}")
+
+    walk(Config(), "")
+    return "\n".join(lines)
+
+
 def run_cli(main: Callable[[list[str]], dict[str, Any]], argv: Sequence[str] | None = None) -> int:
-    """Run ``main``; print its result as the last stdout line (one JSON object)."""
+    """Run ``main``; print its result as the last stdout line (one JSON object).  ``-h`` /
+    ``--help`` prints :func:`help_text` of ``main``'s module instead."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if any(arg in ("-h", "--help") for arg in argv):
+        print(help_text(sys.modules[main.__module__].__doc__))
+        return 0
     try:
         result = main(argv)
     except _user_errors() as exc:
@@ -187,7 +196,7 @@ def run_cli(main: Callable[[list[str]], dict[str, Any]], argv: Sequence[str] | N
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that describe bad input (config, data files, checkpoints), not bugs."""
-    errors: list[type[BaseException]] = [UsageError]
+    errors: list[type[BaseException]] = [UsageError, ConfigError]
     try:
         from cmpnn_dist.storage import StorageError
 

@@ -1,16 +1,65 @@
 """Typed configuration: the dataclasses below are the schema of every YAML in ``conf/``.
 
-They are registered with Hydra's ConfigStore as structured configs, so an unknown key
-or a value of the wrong type in a preset or on the command line is rejected by Hydra
-with a message naming the key.  The root node is :class:`Config`; presets live in
-``conf/<name>.yaml`` and are selected with ``conf=<name>``.
+They are registered with Hydra's ConfigStore as structured configs, so an unknown key or a value
+of the wrong type in a preset or on the command line is rejected by Hydra with a message naming
+the key.  The root node is :class:`Config`; presets live in ``conf/<name>.yaml`` and are
+selected with ``conf=<name>``.
+
+Option values are declared once, here: each choice field names its ``Literal`` type (the list
+of allowed values) and each number its bounds, as field metadata (``option`` / ``number``).
+:func:`validate` walks the schema and checks every field against them, so a new knob cannot
+skip the check, and the model, the CLI and the docs import the same ``Literal`` types instead
+of repeating their own lists.  (OmegaConf 2.3 cannot store ``Literal`` annotations, hence the
+metadata; the field's own annotation stays the primitive type.)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
+
+Family = Literal["cmpnn", "rgcn", "compgcn"]
+Init = Literal[0, 1, 2, 3]
+# the paper's MSG 1-3 and the names registered in cmpnn_dist.model.messages (its choices();
+# a test keeps the two equal: the registry imports torch, this module must not)
+Message = Literal[1, 2, 3, "query_mul", "relation_mul", "linear", "rotate", "transe"]
+Aggregate = Literal["sum", "mean", "max", "pna"]
+History = Literal["t", "0"]
+Readout = Literal["none", "sum", "relation"]
+OpsImpl = Literal["auto", "reference", "naive", "fused", "scatter"]
+EdgeRemoval = Literal["none", "query", "one_hop", "candidates"]
+Device = Literal["auto", "cpu", "cuda"]
+Precision = Literal["fp32", "bf16"]
+LrSchedule = Literal["constant", "cosine", "linear"]
+Split = Literal["valid", "test"]
+Backend = Literal["auto", "gloo", "nccl"]
+
+
+class ConfigError(ValueError):
+    """A config value outside its declared range; the message names the dotted key."""
+
+
+def choices(literal: Any) -> tuple[Any, ...]:
+    """The allowed values of one of the ``Literal`` option types above."""
+    return get_args(literal)
+
+
+def option(default: Any, literal: Any, *, each: bool = False) -> Any:
+    """A choice field: ``default`` must be one of ``literal``'s values (``each``: a list whose
+    every item must be)."""
+    meta = {"choices": choices(literal), "each": each}
+    if each:
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def number(
+    default: Any, *, gt: float | None = None, ge: float | None = None, le: float | None = None
+) -> Any:
+    """A numeric field with bounds (``None`` as a value always passes: "unset")."""
+    return field(default=default, metadata={"gt": gt, "ge": ge, "le": le})
 
 
 @dataclass
@@ -27,7 +76,7 @@ class DataConfig:
     name: str = "rule_kg"
     source: str = "synthetic:rule_kg"
     raw_path: str | None = None
-    num_shards: int = 4
+    num_shards: int = number(4, ge=1)
     # transductive TSV: valid/test facts whose entity never occurs in training are an error
     # unless dropped (counted and reported) or kept as isolated nodes (standard WN18RR / FB15k-237)
     drop_unseen_entities: bool = False
@@ -36,82 +85,103 @@ class DataConfig:
     node_types: str | None = None
     # synthetic generators take their size and seed from here
     synthetic: dict[str, Any] = field(default_factory=dict)
+    # the cached copy under <storage_root>/datasets/<name> is rebuilt when its source files or
+    # the keys above changed (docs/datasets.md); rebuild=true rebuilds it regardless
+    rebuild: bool = False
+    # a cached dataset whose recorded source is gone is an error unless this is true
+    allow_missing_source: bool = False
 
 
 @dataclass
 class ModelConfig:
-    """The C-MPNN design space (paper section 4.1 and appendix E)."""
+    """The C-MPNN design space (paper section 4.1 and appendix E), and the R-MPNN baselines.
 
-    init: int = 2  # INIT 0 zeros, 1 indicator*1, 2 indicator*z_q, 3 indicator*(z_q+eps)
-    # MSG 1 | query_mul: h*W_r z_q, 2 | relation_mul: h*b_r, 3 | linear: W_r h (bases),
-    # transe: h + W_r z_q, rotate: h o exp(i W_r z_q); cmpnn_dist.model.messages.choices()
-    message: int | str = 1
-    num_bases: int | None = None  # MSG 3 only; None means one basis per relation
-    aggregate: str = "sum"  # sum | mean | max | pna
-    history: str = "t"  # "t": f(t)=t,  "0": f(t)=0
-    readout: str = "none"  # none | sum | relation
-    num_layers: int = 6
-    hidden_dim: int = 32
-    decoder_hidden_dim: int = 64
+    ``family``: ``cmpnn`` (everything below), or the transductive R-MPNN baselines ``rgcn`` /
+    ``compgcn`` (:mod:`cmpnn_dist.model.rmpnn`), which read only ``num_layers``,
+    ``hidden_dim``, ``num_bases`` (R-GCN) and ``dropout``.
+    """
+
+    family: str = option("cmpnn", Family)
+    init: int = option(2, Init)  # 0 zeros, 1 indicator*1, 2 indicator*z_q, 3 indicator*(z_q+eps)
+    # 1 | query_mul: h*W_r z_q, 2 | relation_mul: h*b_r, 3 | linear: W_r h (basis
+    # decomposition), transe: h + W_r z_q, rotate: h o exp(i W_r z_q) (even hidden_dim)
+    message: int | str = option(1, Message)
+    num_bases: int | None = number(None, ge=1)  # MSG 3 only; None: one basis per relation
+    aggregate: str = option("sum", Aggregate)
+    history: str = option("t", History)  # "t": f(t)=t,  "0": f(t)=0
+    readout: str = option("none", Readout)
+    num_layers: int = number(6, ge=0)
+    hidden_dim: int = number(32, ge=1)
+    decoder_hidden_dim: int = number(64, ge=1)
     layer_norm: bool = True
     shortcut: bool = True
+    dropout: float = number(0.0, ge=0, le=1)  # R-MPNN baselines: between layers
 
 
 @dataclass
 class OpsConfig:
-    """Message-passing implementation: auto | reference | naive | fused | scatter."""
+    """Message-passing implementation (``auto``: fused on CUDA with Triton, else reference)."""
 
-    impl: str = "auto"
+    impl: str = option("auto", OpsImpl)
     # reference path: at most this many (edge x query x dim) message entries per chunk
-    chunk_elements: int = 1 << 24
+    chunk_elements: int = number(1 << 24, ge=1)
 
 
 @dataclass
 class TrainConfig:
-    batch_size: int = 8  # global batch (queries); per worker = batch_size / num_workers
-    num_negatives: int = 32
-    adversarial_temperature: float = 1.0
-    lr: float = 5e-3
-    epochs: int = 20
-    max_steps: int | None = None  # a step budget that ends training early
+    batch_size: int = number(8, ge=1)  # global batch (queries); per worker = batch / workers
+    num_negatives: int = number(32, ge=1)
+    adversarial_temperature: float = number(1.0, gt=0)
+    lr: float = number(5e-3, gt=0)
+    # learning-rate schedule over the run's steps: constant, cosine decay to 0, linear decay to 0;
+    # the first warmup_steps ramp linearly from 0 (all schedules)
+    lr_schedule: str = option("constant", LrSchedule)
+    warmup_steps: int = number(0, ge=0)
+    # fp32, or bf16 autocast of the forward pass (weights, optimizer and loss stay float32)
+    precision: str = option("fp32", Precision)
+    epochs: int = number(20, ge=1)
+    max_steps: int | None = number(None, ge=1)  # a step budget that ends training early
     # none | query (edges of the query fact, both directions) | one_hop (every edge between u and
     # v) | candidates (every edge between u and v or any sampled negative: NBFNet's and the
     # C-MPNN code's remove_one_hop); see Graph.query_edge_mask
-    remove_query_edges: str = "query"
-    seed: int = 0
+    remove_query_edges: str = option("query", EdgeRemoval)
+    seed: int = number(0, ge=0)
     deterministic: bool = False
-    device: str = "auto"  # auto | cpu | cuda
-    log_every: int = 50
+    # auto | cpu | cuda; with Ray workers, cuda needs cluster.use_gpu=true (workers get the GPU)
+    device: str = option("auto", Device)
+    log_every: int = number(50, ge=1)
     progress: bool = True
 
 
 @dataclass
 class EvalConfig:
-    batch_size: int = 16
+    batch_size: int = number(16, ge=1)
     # evaluate on at most this many queries of each split (None: all)
-    max_queries: int | None = None
-    num_negatives_hits: int = 50  # hits@10_50 of the inductive protocol
-    splits: list[str] = field(default_factory=lambda: ["valid", "test"])
+    max_queries: int | None = number(None, ge=1)
+    num_negatives_hits: int = number(50, ge=1)  # hits@10_50 of the inductive protocol
+    # which splits are ranked: "valid" after every epoch (it picks the best weights; without it
+    # the last weights are kept), "test" once at the end
+    splits: list[str] = option(["valid", "test"], Split, each=True)
 
 
 @dataclass
 class CheckpointConfig:
-    every_steps: int | None = None  # also at the end of every epoch
-    keep_last: int = 2
+    every_steps: int | None = number(None, ge=1)  # also at the end of every epoch
+    keep_last: int = number(2, ge=1)
 
 
 @dataclass
 class ClusterConfig:
     """Distributed execution with Ray Train; num_workers=0 trains in-process without Ray."""
 
-    num_workers: int = 0
+    num_workers: int = number(0, ge=0)
     use_gpu: bool = False
-    cpus_per_worker: float = 1.0
-    gpus_per_worker: float = 1.0
+    cpus_per_worker: float = number(1.0, gt=0)
+    gpus_per_worker: float = number(1.0, gt=0)
     address: str | None = None  # Ray address; None uses RAY_ADDRESS or starts a local Ray
-    max_failures: int = 0
-    collective_timeout_s: float = 300.0
-    backend: str = "auto"  # auto | gloo | nccl
+    max_failures: int = number(0, ge=0)
+    collective_timeout_s: float = number(300.0, gt=0)
+    backend: str = option("auto", Backend)
 
 
 @dataclass
@@ -128,6 +198,90 @@ class Config:
     data_root: str = "../shared/data"  # where reference TSV graphs are read from
     run_name: str | None = None  # None: a fresh timestamped name
     resume: bool = True  # continue <root>/runs/<run_name> when it holds a checkpoint
+
+
+def _check_field(key: str, value: Any, meta: Any) -> None:
+    if "choices" in meta:
+        allowed = meta["choices"]
+        for item in value if meta["each"] else [value]:
+            if item not in allowed or isinstance(item, bool):
+                raise ConfigError(f"bad value {item!r} for {key}; choose one of {list(allowed)}")
+        if meta["each"] and not value:
+            raise ConfigError(f"{key} is empty; give a subset of {list(allowed)}")
+    if "gt" in meta and value is not None:
+        if meta["gt"] is not None and not value > meta["gt"]:
+            raise ConfigError(f"{key} must be > {meta['gt']}, got {value}")
+        if meta["ge"] is not None and not value >= meta["ge"]:
+            raise ConfigError(f"{key} must be >= {meta['ge']}, got {value}")
+        if meta["le"] is not None and not value <= meta["le"]:
+            raise ConfigError(f"{key} must be <= {meta['le']}, got {value}")
+
+
+def validate_section(obj: Any, prefix: str) -> None:
+    """Check every field of one config dataclass (recursing into nested ones)."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        key = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(value):
+            validate_section(value, key + ".")
+        else:
+            _check_field(key, value, f.metadata)
+
+
+def validate(cfg: Config) -> None:
+    """All value checks of a composed config; raises :class:`ConfigError` naming the key.
+
+    Field ranges come from the schema (:func:`option`, :func:`number`); below are the checks
+    that join several fields or look at this machine (CUDA, Triton, torch-scatter)."""
+    validate_section(cfg, "")
+    workers = max(cfg.cluster.num_workers, 1)
+    if cfg.train.batch_size % workers:
+        raise ConfigError(
+            f"train.batch_size={cfg.train.batch_size} is the global batch and must be "
+            f"divisible by cluster.num_workers={cfg.cluster.num_workers}"
+        )
+    m, t = cfg.model, cfg.train
+    if m.num_bases is not None and m.message not in (3, "linear") and m.family != "rgcn":
+        raise ConfigError(
+            f"model.num_bases={m.num_bases} is used only with model.message=3 or model.family=rgcn"
+        )
+    if cfg.data.node_types is not None and not cfg.data.source.startswith("tsv:"):
+        raise ConfigError(
+            f"data.node_types applies to tsv: sources only; {cfg.data.source} brings its own "
+            "node types (or none): drop data.node_types"
+        )
+    if t.warmup_steps and t.max_steps and t.warmup_steps > t.max_steps:
+        raise ConfigError(
+            f"train.warmup_steps={t.warmup_steps} exceeds train.max_steps={t.max_steps}"
+        )
+    _check_machine(cfg)
+
+
+def _check_machine(cfg: Config) -> None:
+    """Options this machine cannot run, caught before any work starts."""
+    wants_cuda = cfg.train.device == "cuda" or cfg.cluster.use_gpu
+    if wants_cuda and cfg.cluster.num_workers == 0:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                "train.device=cuda but this machine has no CUDA device "
+                "(torch.cuda.is_available() is False); use train.device=auto or cpu"
+            )
+    if cfg.train.device == "cuda" and cfg.cluster.num_workers > 0 and not cfg.cluster.use_gpu:
+        raise ConfigError(
+            "train.device=cuda with Ray workers needs cluster.use_gpu=true (workers get no GPU)"
+        )
+    if cfg.ops.impl == "fused" and importlib.util.find_spec("triton") is None:
+        raise ConfigError(
+            "ops.impl=fused needs Triton, which is not installed "
+            '(pip install -e ".[gpu]" on a CUDA machine); use ops.impl=auto'
+        )
+    if cfg.ops.impl == "scatter" and importlib.util.find_spec("torch_scatter") is None:
+        raise ConfigError(
+            "ops.impl=scatter needs torch-scatter, which is not installed "
+            '(pip install -e ".[scatter]"); use ops.impl=auto'
+        )
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:

@@ -16,8 +16,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from cmpnn_dist.cli import UsageError, ensure_dataset, run_cli, split_args, validate_config
-from cmpnn_dist.config import Config
+from cmpnn_dist.cli import UsageError, ensure_dataset, run_cli, split_args
+from cmpnn_dist.config import Config, validate
 
 
 def resolve_checkpoint(path: Path) -> Path:
@@ -43,7 +43,7 @@ def config_from_checkpoint(saved: dict[str, Any], overrides: list[str]) -> Confi
     except Exception as exc:
         raise UsageError(f"config error: {' '.join(str(exc).split())}") from exc
     assert isinstance(cfg, Config)
-    validate_config(cfg)
+    validate(cfg)
     return cfg
 
 

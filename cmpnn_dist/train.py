@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cmpnn_dist.cli import compose_config, ensure_dataset, run_cli, split_args
+from cmpnn_dist.cli import UsageError, compose_config, ensure_dataset, run_cli, split_args
 from cmpnn_dist.config import Config
 
 
@@ -49,19 +49,67 @@ def summarize(result: Any) -> dict[str, Any]:
         "test": result.test,
         "resumed_from_step": result.resumed_from_step,
     }
-    print(
-        f"done: {out['run_dir']}  valid mrr {result.best_valid.get('mrr', float('nan')):.4f}  "
-        f"test mrr {result.test.get('mrr', float('nan')):.4f}  "
-        f"hits@10 {result.test.get('hits@10', float('nan')):.4f}",
-        file=sys.stderr,
-    )
+    print(summary_table(out), file=sys.stderr)
     return out
 
 
+def summary_table(out: dict[str, Any]) -> str:
+    """The end-of-run table a person reads: each metric's best-valid and test value."""
+    splits = [s for s in ("valid", "test") if out.get(s)]
+    keys = [
+        k
+        for k in ("mrr", "hits@1", "hits@3", "hits@10", "hits@10_50", "mr")
+        if any(k in out[s] for s in splits)
+    ]
+    keys += sorted({k for s in splits for k in out[s]} - set(keys) - {"num_queries"})
+    lines = [f"done: {out['run_dir']}"]
+    if splits:
+        lines.append(f"  {'metric':<12}" + "".join(f"{s:>10}" for s in splits))
+        for k in keys:
+            cells = "".join(f"{out[s][k]:>10.4f}" if k in out[s] else f"{'-':>10}" for s in splits)
+            lines.append(f"  {k:<12}{cells}")
+        queries = [f"{s} {int(out[s].get('num_queries', 0))}" for s in splits]
+        lines.append(f"  rankings: {', '.join(queries)} (both directions)")
+    return "\n".join(lines)
+
+
 def _main(argv: list[str]) -> dict[str, Any]:
-    special, overrides = split_args(argv, ["conf"])
-    cfg = compose_config(special.get("conf", "default"), overrides)
+    multirun = any(arg in ("-m", "--multirun") for arg in argv)
+    argv = [arg for arg in argv if arg not in ("-m", "--multirun")]
+    special, overrides = split_args(argv, ["conf", "sweep_name"])
+    preset = special.get("conf", "default")
+    if multirun:
+        return sweep(preset, overrides, special.get("sweep_name"))
+    if "sweep_name" in special:
+        raise UsageError("sweep_name= names a sweep: use it with -m / --multirun")
+    cfg = compose_config(preset, overrides)
     return train(cfg)
+
+
+def sweep(preset: str, overrides: list[str], name: str | None) -> dict[str, Any]:
+    """``-m``: every cell of the sweep as a Ray Tune trial (see :mod:`cmpnn_dist.sweep`).
+    Every cell's config is composed and checked before anything runs; each dataset is built
+    once, before the cells start."""
+    from cmpnn_dist.sweep import default_sweep_name, expand
+
+    try:
+        fixed, cells = expand(overrides)
+    except Exception as exc:  # Hydra's grammar errors: one line
+        raise UsageError(f"bad sweep override: {' '.join(str(exc).split())}") from exc
+    configs = [compose_config(preset, [*fixed, *cell.overrides]) for cell in cells]
+    if any(c.cluster.num_workers for c in configs):
+        raise UsageError(
+            "a sweep runs each cell in one Ray Tune trial: cluster.num_workers must be 0 "
+            "(give the cells CPUs with cluster.cpus_per_worker)"
+        )
+    seen: set[str] = set()
+    for c in configs:
+        if c.data.name not in seen:
+            seen.add(c.data.name)
+            ensure_dataset(c)
+    from cmpnn_dist.distributed.sweep import run_sweep
+
+    return run_sweep(configs, preset, fixed, cells, name or default_sweep_name(preset))
 
 
 def main() -> None:

@@ -17,6 +17,8 @@ EXPECTED = {
     "hetionet",
     "wn18rr",
     "fb15k237",
+    "wn18rr_rgcn",
+    "wn18rr_compgcn",
     *(f"wn18rr_ind_v{i}" for i in range(1, 5)),
     *(f"fb237_ind_v{i}" for i in range(1, 5)),
 }

@@ -274,6 +274,6 @@ def test_convert_cli(tmp_path):
         capture_output=True,
         text=True,
     )
-    assert bad.returncode == 1
+    assert bad.returncode == 2
     assert "valid.txt: line 1: expected 3 tab-separated fields, got 2" in bad.stderr
     assert not (tmp_path / "ds2").exists()

@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from cmpnn_dist.config import Config, ModelConfig, OpsConfig
+from cmpnn_dist.config import Config, Message, ModelConfig, OpsConfig
+from cmpnn_dist.config import choices as config_choices
 from cmpnn_dist.convert.synthetic.rule_kg import BASE, DEFAULTS, TARGETS, generate_graph
 from cmpnn_dist.graph import graph_from_triples
 from cmpnn_dist.model import CMPNN, messages
@@ -39,6 +40,8 @@ HEADS, RELS = torch.tensor([0, 3, 5, 9]), torch.tensor([0, 1, 2, 3])
 
 
 def test_registry_values():
+    # config.py's Message literal (validated without importing torch) is the registry's list
+    assert list(config_choices(Message)) == messages.choices()
     assert messages.choices() == [
         1, 2, 3, "query_mul", "relation_mul", "linear", "rotate", "transe",
     ]  # fmt: skip

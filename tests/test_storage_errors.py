@@ -88,7 +88,7 @@ def test_altered_shard_detected_by_checksum(dataset):
     with pytest.raises(StorageError, match=r"csr_00000\.arrow.*sha256"):
         open_dataset(dataset, verify=True)
     out = _cli_verify(dataset)
-    assert out.returncode == 1 and "csr_00000.arrow" in out.stderr and "sha256" in out.stderr
+    assert out.returncode == 2 and "csr_00000.arrow" in out.stderr and "sha256" in out.stderr
 
 
 def _replace_shard(dataset, indptr, src, rel):

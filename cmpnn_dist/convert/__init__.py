@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cmpnn_dist.convert.source import BuildSpec, SourceMissing, source_record
 from cmpnn_dist.storage.errors import StorageError
 from cmpnn_dist.storage.writer import write_dataset
 
@@ -84,8 +85,12 @@ def build_dataset(
     name: str | None = None,
     keep_unseen_entities: bool = False,
     node_types: str | Path | None = None,
+    origin: str = "convert",
 ) -> Path:
     """Convert ``source`` into a dataset folder at ``out_dir`` (atomically) and return it.
+
+    The manifest's ``source.record`` holds what it was built from (raw files with size, mtime
+    and sha256, the parameters below, the converter version; :mod:`cmpnn_dist.convert.source`).
 
     Args:
         source: one of :data:`SOURCES`.
@@ -99,10 +104,26 @@ def build_dataset(
         name: dataset name (default: the raw folder's name or the generator's name).
         node_types: TSV sources: ``"prefix"`` (``Kind::id`` names) or a TSV of
             ``entity<TAB>type``; None: untyped.
+        origin: ``"convert"`` (the convert CLI: later opens check the dataset against this
+            recorded source) or ``"config"`` (built for a train / evaluate config).
     """
     if int(num_shards) < 1:
         raise StorageError(f"num_shards must be >= 1, got {num_shards}")
     t0 = time.perf_counter()
+    spec = BuildSpec.make(
+        source,
+        raw_path,
+        num_shards=num_shards,
+        drop_unseen_entities=drop_unseen_entities,
+        keep_unseen_entities=keep_unseen_entities,
+        node_types=node_types,
+        synthetic=synthetic,
+        origin=origin,
+    )
+    try:  # taken before the converter reads the files: an edit during it shows up next time
+        record = source_record(spec) if source in SOURCES else None
+    except SourceMissing:
+        record = None  # the converter's own error names what is missing, and how to get it
     kwargs = convert_source(
         source,
         raw_path=raw_path,
@@ -121,6 +142,9 @@ def build_dataset(
         )
     meta = dict(kwargs.pop("meta", {}))
     meta.update({"source": source, "convert_seconds": round(time.perf_counter() - t0, 3)})
+    if record is None:  # the converter found its files after all: record them now
+        record = source_record(spec)
+    meta["record"] = record
     return write_dataset(out_dir, name=name, num_shards=int(num_shards), meta=meta, **kwargs)
 
 

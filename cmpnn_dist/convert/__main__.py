@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         ds = open_dataset(out)
     except StorageError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return 2
     summary = {
         "path": str(out),
         "name": ds.name,

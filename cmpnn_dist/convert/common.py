@@ -147,9 +147,9 @@ def encode_split(
         ent = table.column("head")[row].as_py() if h[row] < 0 else table.column("tail")[row].as_py()
         raise StorageError(
             f"line {line_of_row(path, row, skip_header)}: entity {ent!r} never occurs in "
-            f"{what} ({n_bad} facts with unseen entities); pass --drop-unseen-entities "
-            "(drop_unseen_entities=True) to drop them or --keep-unseen-entities to add them "
-            "as isolated nodes",
+            f"{what} ({n_bad} facts with unseen entities); drop them with "
+            "data.drop_unseen_entities=true (convert: --drop-unseen-entities) or keep them as "
+            "isolated nodes with data.keep_unseen_entities=true (--keep-unseen-entities)",
             path,
         )
     facts = np.stack([h, r, t], axis=1)

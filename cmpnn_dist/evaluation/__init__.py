@@ -1,4 +1,5 @@
-"""Filtered ranking evaluation: ranks, metrics and the both-direction evaluation loop."""
+"""Filtered ranking evaluation (ranks, metrics, the both-direction loop) and the binary accuracy
+over labeled query pairs (TRI-SQR)."""
 
 from cmpnn_dist.evaluation.metrics import (
     filtered_rank,
@@ -6,6 +7,7 @@ from cmpnn_dist.evaluation.metrics import (
     hits_at_k_with_negatives,
     ranking_metrics,
 )
+from cmpnn_dist.evaluation.pair_accuracy import pair_accuracy, sign_accuracy, triple_logits
 from cmpnn_dist.evaluation.ranking import AnswerIndex, evaluate, rank_queries
 
 __all__ = [
@@ -14,6 +16,9 @@ __all__ = [
     "filtered_rank",
     "filtered_ranks",
     "hits_at_k_with_negatives",
+    "pair_accuracy",
     "rank_queries",
     "ranking_metrics",
+    "sign_accuracy",
+    "triple_logits",
 ]

@@ -261,6 +261,7 @@ def propagate(
     Returns:
         dict: each requested aggregator -> float [N, B, d]; ``"degree"`` -> float [N].
     """
+    x, relation = _autocast_inputs(x, relation)
     weighted = edge_weight is not None
     fn = get_impl(impl, x, message=message, weighted=weighted)
     check_inputs(graph, x, relation, message, aggregators, edge_mask, edge_weight)
@@ -275,6 +276,22 @@ def propagate(
         chunk_elements=chunk_elements,
         **extra,
     )
+
+
+def _autocast_inputs(
+    x: Tensor, relation: Tensor | tuple[Tensor, ...]
+) -> tuple[Tensor, Tensor | tuple[Tensor, ...]]:
+    """Under ``torch.autocast`` message passing runs in the autocast dtype, as a matmul would
+    (this is how ``train.precision=bf16`` reaches the bfloat16 kernels); otherwise the relation
+    parameters take ``x``'s dtype."""
+    device = x.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+
+    def cast(t: Tensor) -> Tensor:
+        return t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t
+
+    relation = tuple(map(cast, relation)) if isinstance(relation, tuple) else cast(relation)
+    return cast(x), relation
 
 
 __all__ = [

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(m, indent=1))
     except StorageError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return 2
     return 0
 
 

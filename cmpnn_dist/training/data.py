@@ -25,11 +25,14 @@ from cmpnn_dist.graph import Graph
 
 @dataclass
 class SplitData:
-    """One split: message-passing graph, queries int64 [F, 3], filter facts int64 [G, 3]."""
+    """One split: message-passing graph, queries int64 [F, 3], filter facts int64 [G, 3];
+    ``labeled_negatives`` int64 [Q, 3]: false facts the dataset declares for this split
+    (TRI-SQR's counterpart pairs), scored with the queries for ``accuracy``; None: none."""
 
     graph: Graph
     queries: Tensor
     filter_triples: Tensor
+    labeled_negatives: Tensor | None = None
 
 
 @dataclass
@@ -73,6 +76,10 @@ def load_train_data(ds: Any) -> TrainData:
         filt = _all_facts(g_train)
         valid = SplitData(graph, _facts(g_train, "valid"), filt)
         test = SplitData(graph, _facts(g_train, "test"), filt)
+    for name, split in (("valid", valid), ("test", test)):
+        declared = ds.source.get("labeled_negatives", {}).get(name)
+        if declared is not None:
+            split.labeled_negatives = torch.as_tensor(declared, dtype=torch.long).reshape(-1, 3)
     return TrainData(int(ds.num_relations), bool(ds.inductive), train, valid, test)
 
 

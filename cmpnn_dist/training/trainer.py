@@ -9,6 +9,7 @@ checkpoint holds (version ``CHECKPOINT_VERSION``).
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,10 +20,10 @@ from torch import nn
 
 from cmpnn_dist.config import config_to_dict
 
+from .builders import autocast, build_loss, build_lr_scheduler, build_optimizer
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .context import TrainContext
 from .data import TrainData
-from .loss import self_adversarial_bce
 from .rng import capture_rng_state, restore_rng_state
 from .sampler import QuerySampler
 from .validation import evaluate_split
@@ -57,13 +58,16 @@ class Trainer:
     the checkpoint content."""
 
     def __init__(self, cfg: Any, data: TrainData, ctx: TrainContext, on_step: Any) -> None:
-        from cmpnn_dist.model import CMPNN
+        from cmpnn_dist.model.build import build_model
 
         self.cfg, self.data, self.ctx, self.on_step = cfg, data, ctx, on_step
         tc = cfg.train
         self.device = torch.device(ctx.device)
-        self.model = CMPNN(cfg.model, data.num_relations, cfg.ops).to(self.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=tc.lr)
+        self.model = build_model(
+            cfg.model, cfg.ops, data.num_relations, data.num_nodes, data.inductive
+        ).to(self.device)
+        self.optimizer = build_optimizer(cfg, self.model)
+        self.loss_fn = build_loss(cfg)
         self.sampler = QuerySampler(
             data.train.queries,
             data.num_nodes,
@@ -75,6 +79,10 @@ class Trainer:
             world_size=ctx.world_size,
             filter_triples=data.train.filter_triples,
         )
+        self.total_steps = self.sampler.steps_per_epoch * tc.epochs
+        if tc.max_steps is not None:
+            self.total_steps = min(self.total_steps, tc.max_steps)
+        self.scheduler = build_lr_scheduler(cfg, self.optimizer, self.total_steps)
         self._graphs: dict[int, Any] = {}
         self.history: list[dict[str, Any]] = []
         self.best_state: dict[str, torch.Tensor] | None = None
@@ -100,7 +108,7 @@ class Trainer:
             "epoch": self.sampler.epoch,
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "scheduler": None,
+            "scheduler": self.scheduler.state_dict(),
             "sampler": self.sampler.state_dict(),
             "rng": capture_rng_state(),
             "config": self.config_dict,
@@ -141,6 +149,8 @@ class Trainer:
             raise CheckpointError(f"{path}: written for data {state.get('data')}, not {mine}")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if state.get("scheduler") is not None:  # checkpoints before the schedule existed: None
+            self.scheduler.load_state_dict(state["scheduler"])
         self.sampler.load_state_dict(state["sampler"])
         self.history = list(state["history"])
         best = state["best"]
@@ -169,19 +179,22 @@ class Trainer:
             self.cfg.train.remove_query_edges,
             negatives=batch.global_negatives.to(self.device),
         )
-        logits = train_model(graph, q[:, 0], q[:, 1], mask)  # [b, N]
-        pos_logit = logits.gather(1, q[:, 2:3]).squeeze(1)
-        neg_logit = logits.gather(1, neg)
-        loss = self_adversarial_bce(pos_logit, neg_logit, self.cfg.train.adversarial_temperature)
+        with autocast(self.cfg, self.device):
+            logits = train_model(graph, q[:, 0], q[:, 1], mask)  # [b, N]
+        logits = logits.float()
+        loss = self.loss_fn(logits.gather(1, q[:, 2:3]).squeeze(1), logits.gather(1, neg))
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
+        self.scheduler.step()
         return float(self.ctx.all_reduce_mean(loss.detach()).item())
 
     def validate(self, epoch: int) -> dict[str, Any]:
-        """Validation row; updates the best weights (highest valid MRR, earliest on ties)."""
+        """Validation row; updates the best weights (highest valid MRR, earliest on ties).
+        Without ``valid`` in ``eval.splits`` nothing is ranked and the last weights count as
+        the best."""
         valid = self.data.valid
-        if len(valid.queries):
+        if len(valid.queries) and "valid" in self.cfg.eval.splits:
             metrics = evaluate_split(
                 self.model, valid, self.graph(valid.graph), self.cfg, self.data.num_relations
             )
@@ -190,11 +203,19 @@ class Trainer:
         self.last_valid_step = self.step
         mrr = metrics.get("mrr", float("-inf"))
         self.last_valid_mrr = metrics.get("mrr")
-        if self.best_step is None or mrr > self.best_valid.get("mrr", float("-inf")):
+        if not metrics:  # nothing ranked: finish() keeps the last weights
+            self.best_state, self.best_valid, self.best_step = None, {}, self.step
+        elif self.best_step is None or mrr > self.best_valid.get("mrr", float("-inf")):
             self.best_state = _state_copy(self.model)
             self.best_valid, self.best_step = dict(metrics), self.step
         row: dict[str, Any] = {"kind": "valid", "step": self.step, "epoch": epoch}
         row.update({f"valid_{k}": v for k, v in metrics.items()})
+        if metrics and self.ctx.is_main:
+            best = " (best)" if self.best_step == self.step else ""
+            _say(
+                f"epoch {epoch} step {self.step}: valid mrr {metrics['mrr']:.4f} "
+                f"hits@1 {metrics['hits@1']:.4f} hits@10 {metrics['hits@10']:.4f}{best}"
+            )
         return row
 
     def log(self, row: dict[str, Any], checkpoint: Path | None) -> None:
@@ -208,23 +229,20 @@ class Trainer:
             self.restore(ckpt)
         train_model = ctx.wrap_model(self.model)
         train_model.train()
-        per_epoch = self.sampler.steps_per_epoch
-        total = per_epoch * tc.epochs
-        if tc.max_steps is not None:
-            total = min(total, tc.max_steps)
+        total = self.total_steps
         every = cfg.checkpoint.every_steps
         bar = _progress(tc.progress and ctx.is_main, total, self.step)
         t0, recent = time.perf_counter(), []
         try:
             while self.step < total:
                 epoch = self.sampler.epoch
+                lr = self.optimizer.param_groups[0]["lr"]  # the rate this step's update uses
                 loss = self.train_step(train_model)
                 self.step += 1
                 recent.append(loss)
                 epoch_end = self.sampler.exhausted
                 if epoch_end:
                     self.sampler.set_epoch(epoch + 1)
-                lr = self.optimizer.param_groups[0]["lr"]
                 row = {"kind": "train", "step": self.step, "epoch": epoch, "loss": loss, "lr": lr}
                 row["time_s"] = round(time.perf_counter() - t0, 3)
                 ckpt = None
@@ -275,6 +293,13 @@ class Trainer:
             best_step=self.best_step,
             step=self.step,
         )
+
+
+def _say(line: str) -> None:
+    """A line for the person watching, printed above the progress bar (stderr)."""
+    from tqdm.auto import tqdm
+
+    tqdm.write(line, file=sys.stderr)
 
 
 def _progress(enabled: bool, total: int, initial: int) -> Any:

@@ -90,17 +90,22 @@ def trisqr_graphs(
     return out
 
 
-def _union(graphs: list[TriSqrGraph]) -> tuple[int, np.ndarray, np.ndarray, list[str]]:
-    """Disjoint union -> (N, message facts (r1/r2) [E, 3], r0 facts [Q, 3], names)."""
-    off, edges, queries, names = 0, [], [], []
+def _union(
+    graphs: list[TriSqrGraph],
+) -> tuple[int, np.ndarray, np.ndarray, list[str], np.ndarray]:
+    """Disjoint union -> (N, message facts (r1/r2) [E, 3], r0 facts [Q, 3], names,
+    counterpart negatives r0(u, v) [Q', 3] for v in the other triangle / square)."""
+    off, edges, queries, names, negatives = 0, [], [], [], []
     for g in graphs:
         t = g.triples.numpy().copy()
         t[:, [0, 2]] += off
         edges.append(t[t[:, 1] != R0])
         queries.append(t[t[:, 1] == R0])
+        negatives.append([(g.source + off, R0, v + off) for v in g.negatives])
         names += [f"{g.split}{g.pair}_{g.kind}::{i}" for i in range(g.num_nodes)]
         off += g.num_nodes
-    return off, np.concatenate(edges), np.concatenate(queries), names
+    neg = np.asarray([x for part in negatives for x in part], dtype=np.int64).reshape(-1, 3)
+    return off, np.concatenate(edges), np.concatenate(queries), names, neg
 
 
 def build_trisqr(params: dict | None = None) -> dict:
@@ -126,5 +131,9 @@ def build_trisqr(params: dict | None = None) -> dict:
         "graphs": specs,
         "inductive": True,
         "node_type_names": [],
-        "meta": {"generator": "trisqr", "params": p},
+        "meta": {
+            "generator": "trisqr",
+            "params": p,
+            "labeled_negatives": {"test": te[4].tolist()},
+        },
     }

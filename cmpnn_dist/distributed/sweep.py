@@ -1,0 +1,136 @@
+"""Run the cells of a sweep (:mod:`cmpnn_dist.sweep`) as Ray Tune trials on the Ray cluster.
+
+Why Ray Tune and not a Hydra launcher: the Ray launcher plugin for Hydra pins old Ray
+releases and submits each cell through its own cluster start-up, while Tune is part of
+``ray[train]`` (already a dependency), runs trials as actors on the cluster the training jobs
+use, several at once within the cluster's CPUs, and reports per-trial state.  Hydra still
+parses the sweep (its override grammar); Tune only schedules.
+
+Each trial composes its cell's config, trains in the trial's process (``train.progress=false``)
+with ``torch.set_num_threads(cpus_per_cell)``, and reports the cell's metrics.  Cells are
+idempotent (finished cells return their recorded results; unfinished ones resume from their
+checkpoints), so the whole sweep is restarted by running the same command again.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from cmpnn_dist.sweep import Cell, cell_result, sweep_dir, write_json, write_results_csv
+
+from .driver import _init_ray
+
+
+def _flat(result: dict[str, Any]) -> dict[str, float]:
+    out = {}
+    for split in ("valid", "test"):
+        for k, v in (result.get(split) or {}).items():
+            out[f"{split}_{k}"] = float(v)
+    return out
+
+
+def _run_cell(config: dict[str, Any]) -> None:
+    """The Tune trainable: train (or skip) one cell and report its metrics."""
+    import torch
+    from ray import tune
+
+    config = config["cell"]
+    run_dir = Path(config["run_dir"])
+    result = cell_result(run_dir)
+    if result is None:
+        from cmpnn_dist.cli import compose_config
+        from cmpnn_dist.train import train
+
+        torch.set_num_threads(max(1, int(config["cpus"])))
+        cfg = compose_config(config["preset"], config["overrides"])
+        result = train(cfg)
+    tune.report({"cell_id": config["cell_id"], **_flat(result)})
+
+
+def run_sweep(
+    configs: list[Any], preset: str, fixed: list[str], cells: list[Cell], name: str
+) -> dict[str, Any]:
+    """Run every cell of the sweep ``name`` (``configs[i]``: cell i's composed config); returns
+    the sweep folder, its results file and the count of finished / failed cells."""
+    from ray import tune
+
+    from cmpnn_dist.paper import signature
+
+    cfg = configs[0]
+    root = Path(cfg.storage_root).expanduser().resolve()
+    folder = sweep_dir(root, name)
+    cpus = max(cfg.cluster.cpus_per_worker, 1.0)
+    spec_cells = []
+    for cell, cell_cfg in zip(cells, configs, strict=True):
+        run_name = f"{name}/{cell.cell_id}"
+        overrides = [
+            *fixed, *cell.overrides, f"storage_root='{root}'", f"run_name='{run_name}'",
+            "train.progress=false", "resume=true",
+        ]  # fmt: skip
+        spec_cells.append(
+            {
+                "cell_id": cell.cell_id,
+                "overrides": list(cell.overrides),
+                "run_dir": str(root / "runs" / run_name),
+                "preset": preset,
+                "compose": overrides,
+                "signature": signature(cell_cfg),
+            }
+        )
+    write_json(
+        folder / "sweep.json",
+        {"preset": preset, "fixed": fixed, "name": name, "cells": spec_cells},
+    )
+    done = sum(cell_result(Path(c["run_dir"])) is not None for c in spec_cells)
+    print(
+        f"sweep {name}: {len(cells)} cells ({done} already finished) -> {folder}",
+        file=sys.stderr,
+    )
+    started = _init_ray(cfg)
+    try:
+        import ray
+
+        total_cpus = ray.cluster_resources().get("CPU", os.cpu_count() or 1)
+        trials = [
+            {"preset": c["preset"], "overrides": c["compose"], "run_dir": c["run_dir"],
+             "cell_id": c["cell_id"], "cpus": cpus}
+            for c in spec_cells
+        ]  # fmt: skip
+        tuner = tune.Tuner(
+            tune.with_resources(_run_cell, {"cpu": cpus}),
+            param_space={"cell": tune.grid_search(trials)},
+            tune_config=tune.TuneConfig(
+                max_concurrent_trials=max(1, math.floor(total_cpus / cpus)),
+                trial_name_creator=lambda t: t.config["cell"]["cell_id"][:80],
+                trial_dirname_creator=lambda t: f"trial_{t.trial_id}",
+            ),
+            run_config=tune.RunConfig(
+                name="tune", storage_path=str(folder), verbose=0,
+                failure_config=tune.FailureConfig(max_failures=cfg.cluster.max_failures),
+            ),
+        )  # fmt: skip
+        grid = tuner.fit()
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
+    errors = [str(e).strip().splitlines()[-1] for e in grid.errors]
+    results = write_results_csv(folder)
+    finished = sum(cell_result(Path(c["run_dir"])) is not None for c in spec_cells)
+    print(
+        f"sweep {name}: {finished}/{len(cells)} cells finished, {len(errors)} failed; "
+        f"results in {results}",
+        file=sys.stderr,
+    )
+    return {
+        "sweep_dir": str(folder),
+        "results": str(results),
+        "cells": len(cells),
+        "finished": finished,
+        "errors": errors,
+    }

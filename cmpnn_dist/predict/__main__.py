@@ -1,0 +1,164 @@
+"""``python -m cmpnn_dist.predict ckpt=PATH head=NAME relation=NAME [topk=10] ...``
+
+One query:  ``head=H relation=R`` (tail prediction), ``tail=T relation=R`` (head prediction,
+through the inverse relation), or ``head=H relation=R tail=T`` (that fact's rank).
+Batch:      ``queries=FILE.tsv`` (``head<TAB>relation[<TAB>tail]``, ``?`` marks the entity
+to predict) and ``out=FILE.csv|.parquet`` (written to a temporary name, then renamed).
+Options:    ``topk=10``, ``known=flag|filter`` (known train / valid / test facts flagged in the
+``known`` column, or left out), ``explain=K`` (the K most important paths of each row),
+``draw=FILE.png|.svg`` (the first row's explanation subgraph), ``beam=10`` and
+``wait=true|false`` (the path search, see explain.py), ``weights=best|last``,
+``graph=train|test`` (inductive datasets), ``device=cpu|cuda``; any other ``key=value`` is a
+config override (e.g. ``storage_root=...``).  The table goes to stdout, then one JSON line.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from cmpnn_dist.cli import UsageError, run_cli, split_args
+from cmpnn_dist.predict.names import Query, read_queries
+
+SPECIAL = [
+    "ckpt",
+    "head",
+    "relation",
+    "tail",
+    "topk",
+    "known",
+    "queries",
+    "out",
+    "explain",
+    "draw",
+    "weights",
+    "graph",
+    "device",
+    "beam",
+    "wait",
+]
+USAGE = (
+    "usage: python -m cmpnn_dist.predict ckpt=PATH (head=NAME relation=NAME [tail=NAME] | "
+    "tail=NAME relation=NAME | queries=FILE.tsv [out=FILE.csv|.parquet]) [topk=10] "
+    "[known=flag|filter] [explain=K] [draw=FILE.png|.svg]"
+)
+
+
+def _int(special: dict[str, str], key: str, default: int, low: int) -> int:
+    text = special.get(key)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"{key}={text!r}: expected an integer") from None
+    if value < low:
+        raise UsageError(f"{key}={value}: must be >= {low}")
+    return value
+
+
+def write_table(frame: pd.DataFrame, path: Path) -> None:
+    """CSV (``.csv``, ``.tsv``) or Parquet (``.parquet``, ``.pq``): a temp file, then rename."""
+    suffix = path.suffix.lower()
+    if suffix not in (".csv", ".tsv", ".parquet", ".pq"):
+        raise UsageError(f"out={path}: use a .csv, .tsv or .parquet file name")
+    if not path.parent.is_dir():
+        raise UsageError(f"out={path}: folder {path.parent} does not exist")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        if suffix in (".parquet", ".pq"):
+            frame.to_parquet(tmp, index=False)
+        else:
+            frame.to_csv(tmp, index=False, sep="\t" if suffix == ".tsv" else ",")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _main(argv: list[str]) -> dict[str, Any]:
+    special, overrides = split_args(argv, SPECIAL)
+    if "ckpt" not in special:
+        raise UsageError(USAGE)
+    single = any(k in special for k in ("head", "tail"))
+    if single == ("queries" in special):
+        raise UsageError("give either head= / tail= with relation=, or queries=FILE; " + USAGE)
+    if single and "relation" not in special:
+        raise UsageError("relation= is missing; " + USAGE)
+    topk = _int(special, "topk", 10, 1)
+    explain = _int(special, "explain", 0, 0)
+    beam = _int(special, "beam", 10, 1)
+    wait = special.get("wait", "true").lower()
+    if wait not in ("true", "false"):
+        raise UsageError(f"wait={special['wait']!r}: choose true or false")
+    known = special.get("known", "flag")
+    if known not in ("flag", "filter"):
+        raise UsageError(f"known={known!r}: choose flag or filter")
+    out = Path(special["out"]).expanduser() if "out" in special else None
+    draw = Path(special["draw"]).expanduser() if "draw" in special else None
+    if draw is not None and draw.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise UsageError(f"draw={draw}: use a .png, .svg or .pdf file name")
+    if single:
+        queries = [Query(special.get("head"), special["relation"], special.get("tail"))]
+    else:
+        queries = read_queries(Path(special["queries"]).expanduser())
+
+    from cmpnn_dist.predict.predictor import Predictor
+
+    predictor = Predictor.from_checkpoint(
+        special["ckpt"],
+        overrides,
+        weights=special.get("weights", "best"),
+        graph=special.get("graph", "train"),
+        device=special.get("device"),
+    )
+    start = time.perf_counter()
+    frame = predictor.predict_batch(queries, topk=topk, known=known)
+    seconds = time.perf_counter() - start
+    if explain or draw is not None:
+        k = explain or 3
+        explanations = [
+            predictor.explain_row(r, k, beam, wait == "true") for r in frame.itertuples()
+        ]
+        if explain:
+            frame["paths"] = [e.summary() for e in explanations]
+        if draw is not None and explanations:
+            from cmpnn_dist.predict.draw import draw_explanation
+
+            draw_explanation(explanations[0], draw)
+    if out is not None:
+        write_table(frame, out)
+    result: dict[str, Any] = {
+        "checkpoint": special["ckpt"],
+        "num_queries": len(queries),
+        "rows": len(frame),
+        "seconds": round(seconds, 4),
+        "queries_per_s": round(len(queries) / seconds, 2) if seconds > 0 else None,
+        "device": str(predictor.device),
+    }
+    if out is not None:
+        result["out"] = str(out)
+    if draw is not None:
+        result["draw"] = str(draw)
+    if single:
+        shown = frame.drop(columns=["query_id", "head_id", "tail_id"])
+        with pd.option_context("display.max_colwidth", 200, "display.width", 200):
+            print(shown.to_string(index=False))
+    print(
+        f"predicted {len(queries)} queries ({len(frame)} rows) in {seconds:.3f} s "
+        f"on {predictor.device}" + (f" -> {out}" if out is not None else ""),
+        file=sys.stderr,
+    )
+    return result
+
+
+def main() -> None:
+    sys.exit(run_cli(_main))
+
+
+if __name__ == "__main__":
+    main()

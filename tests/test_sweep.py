@@ -1,0 +1,143 @@
+"""Sweeps: Hydra's multirun grammar expanded into cells, reports against a hand-made fixture
+sweep, and (slow) a 2 x 2 sweep on a real ``ray start --head`` cluster killed after its first
+finished cell and restarted."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from test_distributed import _free_port
+
+from cmpnn_dist.paper import paper_value
+from cmpnn_dist.sweep import expand, report, summarize, write_results_csv
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_expand_is_the_cartesian_product_in_hydra_order():
+    fixed, cells = expand(["train.lr=0.01", "model.aggregate=sum,pna", "train.seed=range(0,3)"])
+    assert fixed == ["train.lr=0.01"]
+    assert [c.overrides for c in cells] == [
+        (f"model.aggregate={a}", f"train.seed={s}") for a in ("sum", "pna") for s in range(3)
+    ]
+    assert cells[4].cell_id == "model.aggregate=pna,train.seed=1"
+    assert [c.overrides for c in expand(["train.lr=0.1"])[1]] == [()]
+
+
+def _fixture_sweep(tmp_path: Path) -> Path:
+    """Two design points x three seeds on wn18rr_ind_v1; one seed of INIT 0 unfinished."""
+    sweep = tmp_path / "sweeps" / "init"
+    cells = []
+    values = {0: [0.60, 0.64, None], 2: [0.93, 0.92, 0.94]}
+    for init, hits in values.items():
+        for seed, h in enumerate(hits):
+            run = tmp_path / "runs" / "init" / f"model.init={init},train.seed={seed}"
+            run.mkdir(parents=True)
+            if h is not None:
+                result = {"valid": {"mrr": 0.5}, "test": {"hits@10_50": h, "mrr": h / 2}}
+                (run / "results.json").write_text(json.dumps(result))
+            sig = {"data.name": "wn18rr_ind_v1", "model.family": "cmpnn",
+                   "model.aggregate": "sum", "model.message": 1, "model.history": "t",
+                   "model.init": init, "model.readout": "none"}  # fmt: skip
+            cells.append({"cell_id": run.name, "run_dir": str(run), "signature": sig,
+                          "overrides": [f"model.init={init}", f"train.seed={seed}"]})  # fmt: skip
+    sweep.mkdir(parents=True)
+    (sweep / "sweep.json").write_text(json.dumps({"preset": "wn18rr_ind_v1", "cells": cells}))
+    return sweep
+
+
+def test_report_means_sample_std_and_the_paper_beside(tmp_path):
+    sweep = _fixture_sweep(tmp_path)
+    rows = {r["point"]: r for r in summarize(sweep)}
+    assert set(rows) == {"model.init=0", "model.init=2"}
+    assert rows["model.init=0"]["seeds"] == 2  # the unfinished seed is not counted
+    mean, std = rows["model.init=0"]["test_hits@10_50"]
+    assert mean == pytest.approx(0.62) and std == pytest.approx(0.0282842712, rel=1e-6)
+    mean, std = rows["model.init=2"]["test_hits@10_50"]
+    assert mean == pytest.approx(0.93) and std == pytest.approx(0.01)  # sample std (n - 1)
+    assert rows["model.init=0"]["paper test_hits@10_50"] == (
+        0.615, "inductive-table-initialization")  # fmt: skip
+    md, plots = report(sweep)
+    text = md.read_text()
+    assert "| model.init=0 | 2 | 0.310 +- 0.014 |" in text  # test_mrr column first
+    assert "0.620 +- 0.028 | 0.615 |" in text and "0.930 +- 0.010 | 0.932 |" in text
+    assert [p.name for p in plots] == ["plot_model.init.png"]
+    assert plots[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows_csv = write_results_csv(sweep).read_text().splitlines()
+    assert len(rows_csv) == 1 + 5 and rows_csv[0].startswith("model.init,train.seed,cell")
+
+
+def test_paper_lookup_matches_only_the_exact_design_point():
+    sig = {"data.name": "fb237_ind_v3", "model.aggregate": "pna", "model.message": 2,
+           "model.history": "0", "model.init": 2, "model.readout": "none"}  # fmt: skip
+    assert paper_value(sig, "test_hits@10_50") == (0.887, "inductive-table-cmpnn")
+    assert paper_value({**sig, "model.init": 1}, "test_hits@10_50") is None
+    assert paper_value({"data.name": "wn18rr", "model.family": "rgcn"}, "test_mrr") == (
+        0.367, "transductive-table-1")  # fmt: skip
+
+
+def test_sweep_cli_errors_are_one_line(tmp_path):
+    base = [sys.executable, "-m", "cmpnn_dist.train", f"storage_root={tmp_path}"]
+    proc = subprocess.run([*base, "-m", "model.aggregate=sum,bad"], capture_output=True,
+                          text=True, cwd=REPO, timeout=120)  # fmt: skip
+    assert proc.returncode == 2 and "bad value 'bad' for model.aggregate" in proc.stderr
+    proc = subprocess.run([*base, "sweep_name=x"], capture_output=True, text=True, cwd=REPO,
+                          timeout=120)  # fmt: skip
+    assert proc.returncode == 2 and "use it with -m" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_sweep_on_a_ray_cluster_survives_a_kill_and_restart(tmp_path):
+    """2 x 2 sweep submitted to a real `ray start --head` cluster; the driver is killed once the
+    first cell has finished; the same command again ends with all four cells, each once."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "CMPNN_"))}
+    # Ray 2.60 turns token auth on for a head that finds ~/.ray/auth_token; say it on both sides
+    env |= {"RAY_AUTH_MODE": "token", "OMP_NUM_THREADS": "1"}
+    port = str(_free_port())
+    temp_dir = tempfile.mkdtemp(prefix="rays", dir="/tmp")  # short: unix socket path limit
+    head = ["ray", "start", "--head", f"--port={port}", "--num-cpus=2", f"--temp-dir={temp_dir}",
+            "--include-dashboard=false", "--disable-usage-stats"]  # fmt: skip
+    subprocess.run(head, check=True, env=env, capture_output=True)
+    env["RAY_ADDRESS"] = f"127.0.0.1:{port}"
+    storage = tmp_path / "storage"
+    cmd = [sys.executable, "-m", "cmpnn_dist.train", "-m", "sweep_name=s",
+           "model.aggregate=sum,pna", "train.seed=0,1", "train.max_steps=30",
+           "checkpoint.every_steps=5", "model.num_layers=2", "model.hidden_dim=16",
+           "eval.max_queries=40", f"storage_root={storage}"]  # fmt: skip
+    runs = storage / "runs" / "s"
+    try:
+        first = subprocess.Popen(cmd, cwd=REPO, env=env, start_new_session=True,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        deadline = time.time() + 400
+        while time.time() < deadline and not list(runs.glob("*/results.json")):
+            assert first.poll() is None, "the sweep ended before any cell finished"
+            time.sleep(0.5)
+        finished_first = {p.parent.name: p.stat().st_mtime_ns for p in runs.glob("*/results.json")}
+        assert finished_first, "no cell finished in time"
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+        assert len(finished_first) < 4
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert out["finished"] == 4 and out["errors"] == []
+        cells = sorted(p.name for p in runs.iterdir())
+        assert len(cells) == 4
+        for name in cells:  # every cell trained each step exactly once
+            rows = (runs / name / "metrics.csv").read_text().splitlines()[1:]
+            train_steps = [int(r.split(",")[1]) for r in rows if r.startswith("train,")]
+            assert train_steps == list(range(1, 31)), (name, train_steps)
+        for name, mtime in finished_first.items():  # finished cells were not run again
+            assert (runs / name / "results.json").stat().st_mtime_ns == mtime
+        assert len((storage / "sweeps" / "s" / "results.csv").read_text().splitlines()) == 5
+    finally:
+        subprocess.run(["ray", "stop", "--force"], env=env, capture_output=True)

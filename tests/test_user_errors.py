@@ -1,0 +1,109 @@
+"""Every user mistake is one ``error:`` line naming the key, exit status 2, and nothing left
+behind in the storage root; ``--help`` lists the presets and the keys."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+BAD_VALUES = [
+    ("train.lr=-0.1", "train.lr must be > 0"),
+    ("train.epochs=0", "train.epochs must be >= 1"),
+    ("train.max_steps=-1", "train.max_steps must be >= 1"),
+    ("eval.splits=[foo]", "bad value 'foo' for eval.splits"),
+    ("eval.splits=[]", "eval.splits is empty"),
+    ("model.message=3 model.num_bases=0", "model.num_bases must be >= 1"),
+    ("model.num_bases=4", "model.num_bases=4 is used only with model.message=3 or"),
+    ("model.aggregate=median", "bad value 'median' for model.aggregate"),
+    ("train.remove_query_edges=all", "bad value 'all' for train.remove_query_edges"),
+    ("train.precision=fp8", "bad value 'fp8' for train.precision"),
+    ("train.warmup_steps=10 train.max_steps=5", "train.warmup_steps=10 exceeds"),
+    ("cluster.num_workers=3 train.batch_size=16", "divisible by cluster.num_workers=3"),
+    ("cluster.num_workers=2 train.device=cuda", "needs cluster.use_gpu=true"),
+    ("data.node_types=prefix", "data.node_types applies to tsv: sources only"),
+]
+if not torch.cuda.is_available():
+    BAD_VALUES.append(("train.device=cuda", "this machine has no CUDA device"))
+if importlib.util.find_spec("triton") is None:
+    BAD_VALUES.append(("ops.impl=fused", "ops.impl=fused needs Triton"))
+if importlib.util.find_spec("torch_scatter") is None:
+    BAD_VALUES.append(("ops.impl=scatter", "ops.impl=scatter needs torch-scatter"))
+
+
+def run(module: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+
+
+def assert_one_error_line(proc: subprocess.CompletedProcess, needle: str) -> None:
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr[-2000:]
+    assert needle in lines[0], lines[0]
+    assert proc.stdout.strip() == ""
+
+
+def test_bad_values_are_one_line_in_process(tmp_path):
+    """The same checks through the in-process entry point (fast; one Python start)."""
+    import contextlib
+    import io
+
+    from cmpnn_dist.cli import run_cli
+    from cmpnn_dist.train import _main
+
+    for overrides, needle in BAD_VALUES:
+        err = io.StringIO()
+        argv = [f"storage_root={tmp_path}", *overrides.split()]
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            status = run_cli(_main, argv)
+        lines = err.getvalue().strip().splitlines()
+        assert status == 2, (overrides, err.getvalue())
+        assert len(lines) == 1 and needle in lines[0], (overrides, lines)
+    assert list(tmp_path.iterdir()) == []  # no dataset, no run folder was started
+
+
+@pytest.mark.parametrize("overrides, needle", BAD_VALUES[:3])
+def test_bad_values_through_the_command_line(tmp_path, overrides, needle):
+    proc = run("cmpnn_dist.train", f"storage_root={tmp_path}", *overrides.split())
+    assert_one_error_line(proc, needle)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_config_error_quotes_only_what_the_user_typed():
+    proc = run("cmpnn_dist.train", "model.bogus=3")
+    assert_one_error_line(proc, "model.bogus=3")
+    assert "data_root" not in proc.stderr
+
+
+@pytest.mark.parametrize("module", ["cmpnn_dist.train", "cmpnn_dist.evaluate"])
+def test_help_lists_presets_and_keys(module):
+    proc = run(module, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "fb237_ind_v1" in proc.stdout and "biokg" in proc.stdout
+    assert "model.aggregate='sum'  (sum | mean | max | pna)" in proc.stdout
+    assert "train.precision='fp32'  (fp32 | bf16)" in proc.stdout
+
+
+def test_storage_and_convert_errors_exit_2(tmp_path):
+    proc = run("cmpnn_dist.storage", "verify", str(tmp_path / "missing"))
+    assert proc.returncode == 2 and proc.stderr.startswith("error: "), proc.stderr
+    bad = tmp_path / "raw"
+    bad.mkdir()
+    for split in ("train", "valid", "test"):
+        (bad / f"{split}.txt").write_text("a\tr\tb\nonly-two\tfields\n")
+    proc = run("cmpnn_dist.convert", "tsv:transductive", str(tmp_path / "out"), "--raw", str(bad))
+    assert proc.returncode == 2, proc.stderr
+    assert "train.txt" in proc.stderr and "line 2" in proc.stderr
+    assert not (tmp_path / "out").exists()
