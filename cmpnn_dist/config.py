@@ -245,6 +245,13 @@ def validate(cfg: Config) -> None:
         raise ConfigError(
             f"model.num_bases={m.num_bases} is used only with model.message=3 or model.family=rgcn"
         )
+    if m.family == "cmpnn":  # the message function's own checks (rotate: even hidden_dim)
+        from cmpnn_dist.model.messages import resolve  # the registry; imports torch
+
+        try:
+            resolve(m.message).check_config(m)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     if cfg.data.node_types is not None and not cfg.data.source.startswith("tsv:"):
         raise ConfigError(
             f"data.node_types applies to tsv: sources only; {cfg.data.source} brings its own "

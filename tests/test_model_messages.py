@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from cmpnn_dist.config import Config, Message, ModelConfig, OpsConfig
+from cmpnn_dist.config import Config, ConfigError, Message, ModelConfig, OpsConfig, validate
 from cmpnn_dist.config import choices as config_choices
 from cmpnn_dist.convert.synthetic.rule_kg import BASE, DEFAULTS, TARGETS, generate_graph
 from cmpnn_dist.graph import graph_from_triples
@@ -55,6 +55,13 @@ def test_registry_values():
         _model(message="rotate", hidden_dim=5)
     with pytest.raises(ValueError, match="model.message='bogus'"):
         _model(message="bogus")
+    # the config's validation asks the registry too: one ConfigError before any work
+    cfg = Config()
+    cfg.model.message, cfg.model.hidden_dim = "rotate", 5
+    with pytest.raises(ConfigError, match="model.message=rotate needs an even"):
+        validate(cfg)
+    cfg.model.hidden_dim = 6
+    validate(cfg)
 
 
 @pytest.mark.parametrize("number,name", [(1, "query_mul"), (2, "relation_mul"), (3, "linear")])
