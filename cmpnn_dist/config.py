@@ -24,7 +24,9 @@ from typing import Any, Literal, get_args
 
 Family = Literal["cmpnn", "rgcn", "compgcn"]
 Init = Literal[0, 1, 2, 3]
-Message = Literal[1, 2, 3]
+# the paper's MSG 1-3 and the names registered in cmpnn_dist.model.messages (its choices();
+# a test keeps the two equal: the registry imports torch, this module must not)
+Message = Literal[1, 2, 3, "query_mul", "relation_mul", "linear", "rotate", "transe"]
 Aggregate = Literal["sum", "mean", "max", "pna"]
 History = Literal["t", "0"]
 Readout = Literal["none", "sum", "relation"]
@@ -103,7 +105,9 @@ class ModelConfig:
 
     family: str = option("cmpnn", Family)
     init: int = option(2, Init)  # 0 zeros, 1 indicator*1, 2 indicator*z_q, 3 indicator*(z_q+eps)
-    message: int = option(1, Message)  # 1: h*W_r z_q, 2: h*b_r, 3: W_r h (basis decomposition)
+    # 1 | query_mul: h*W_r z_q, 2 | relation_mul: h*b_r, 3 | linear: W_r h (basis
+    # decomposition), transe: h + W_r z_q, rotate: h o exp(i W_r z_q) (even hidden_dim)
+    message: int | str = option(1, Message)
     num_bases: int | None = number(None, ge=1)  # MSG 3 only; None: one basis per relation
     aggregate: str = option("sum", Aggregate)
     history: str = option("t", History)  # "t": f(t)=t,  "0": f(t)=0
@@ -242,10 +246,17 @@ def validate(cfg: Config) -> None:
             f"divisible by cluster.num_workers={cfg.cluster.num_workers}"
         )
     m, t = cfg.model, cfg.train
-    if m.num_bases is not None and m.message != 3 and m.family != "rgcn":
+    if m.num_bases is not None and m.message not in (3, "linear") and m.family != "rgcn":
         raise ConfigError(
             f"model.num_bases={m.num_bases} is used only with model.message=3 or model.family=rgcn"
         )
+    if m.family == "cmpnn":  # the message function's own checks (rotate: even hidden_dim)
+        from cmpnn_dist.model.messages import resolve  # the registry; imports torch
+
+        try:
+            resolve(m.message).check_config(m)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     if cfg.data.node_types is not None and not cfg.data.source.startswith("tsv:"):
         raise ConfigError(
             f"data.node_types applies to tsv: sources only; {cfg.data.source} brings its own "

@@ -48,6 +48,8 @@ VARIANTS = [
     dict(message=2),
     dict(message=3),
     dict(message=3, num_bases=2),
+    dict(message="transe"),
+    dict(message="rotate"),
     dict(aggregate="mean"),
     dict(aggregate="max"),
     dict(aggregate="pna"),

@@ -20,6 +20,19 @@ NUM_REL = 2
 NUM_NODES = 7
 
 
+def slow_message(msg_fn, z: torch.Tensor, r: int, h_w: torch.Tensor) -> torch.Tensor:
+    """MSG_r(h_w, z_q) for one edge from the equations (MSG 1-3: a [d, d] operator;
+    TransE: h + W_r z_q; RotatE: complex h times e^{i W_r z_q})."""
+    if msg_fn.name == "transe":
+        return h_w + msg_fn.relation_linear(z).view(-1, h_w.numel())[r]
+    if msg_fn.name == "rotate":
+        half = h_w.numel() // 2
+        theta = msg_fn.phase_linear(z).view(-1, half)[r]
+        c = torch.complex(h_w[:half], h_w[half:]) * torch.exp(1j * theta)
+        return torch.cat([c.real, c.imag])
+    return msg_fn.relation_matrix(z.unsqueeze(0), 0, r) @ h_w
+
+
 def slow_scores(model: CMPNN, edges: list[tuple[int, int, int]], u: int, q: int) -> torch.Tensor:
     """Scores [N] of every v for the query (u, q); ``edges`` lists kept (src, rel, dst)."""
     cfg = model.cfg
@@ -52,8 +65,7 @@ def slow_scores(model: CMPNN, edges: list[tuple[int, int, int]], u: int, q: int)
             msgs = []
             for s, r, t in edges:
                 if t == v:
-                    W = layer.message.relation_matrix(z.unsqueeze(0), 0, r)
-                    msgs.append(W @ h[s])
+                    msgs.append(slow_message(layer.message, z, r, h[s]))
             zero = torch.zeros(d, dtype=z.dtype)
             if cfg.aggregate == "sum":
                 agg = sum(msgs, zero)
@@ -91,6 +103,9 @@ CONFIGS = [
     dict(message=3, num_bases=2, aggregate="pna", readout="relation"),
     dict(message=3, aggregate="max", layer_norm=False, shortcut=False),
     dict(init=0, aggregate="pna", readout="sum"),
+    dict(message="transe", aggregate="pna"),
+    dict(message="rotate", aggregate="max", readout="relation"),
+    dict(message="linear", num_bases=2),
 ]
 
 

@@ -5,7 +5,7 @@ from cmpnn_dist.model.cmpnn import CMPNN, check_model_config
 from cmpnn_dist.model.decoder import Decoder
 from cmpnn_dist.model.init import initial_states
 from cmpnn_dist.model.layer import CMPNNLayer
-from cmpnn_dist.model.message import MessageFunction
+from cmpnn_dist.model.messages import MessageFunction
 from cmpnn_dist.model.readout import Readout, relation_node_sets
 
 __all__ = [

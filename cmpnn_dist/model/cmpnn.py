@@ -8,7 +8,7 @@ For B queries (u_b, q_b) at once, with R2 = 2|R| relations (inverses included):
     logit(v | u, q)  = MLP([h^(T)_{v|u,q} || z_q])                           [B, N]
 
 so one forward pass scores every candidate tail v.  Head prediction is tail prediction with
-the inverse relation q + |R|.  See :mod:`.init`, :mod:`.message`, :mod:`.aggregate`,
+the inverse relation q + |R|.  See :mod:`.init`, :mod:`.messages`, :mod:`.aggregate`,
 :mod:`.readout`, :mod:`.layer` and :mod:`.decoder` for each component's equation.
 """
 
@@ -18,11 +18,11 @@ from torch import Tensor, nn
 
 from cmpnn_dist.config import ModelConfig, OpsConfig
 from cmpnn_dist.graph import Graph
+from cmpnn_dist.model import messages
 from cmpnn_dist.model.aggregate import AGGREGATE_KINDS
 from cmpnn_dist.model.decoder import Decoder
 from cmpnn_dist.model.init import INIT_KINDS, initial_states
 from cmpnn_dist.model.layer import CMPNNLayer
-from cmpnn_dist.model.message import MESSAGE_KINDS
 from cmpnn_dist.model.readout import READOUT_KINDS, relation_node_sets
 
 HISTORY_KINDS = ("t", "0")
@@ -32,7 +32,6 @@ def check_model_config(cfg: ModelConfig) -> None:
     """Raise ValueError naming the first invalid ``model.*`` key."""
     checks = [
         ("init", cfg.init, INIT_KINDS),
-        ("message", cfg.message, MESSAGE_KINDS),
         ("aggregate", cfg.aggregate, AGGREGATE_KINDS),
         ("history", str(cfg.history), HISTORY_KINDS),
         ("readout", cfg.readout, READOUT_KINDS),
@@ -46,6 +45,7 @@ def check_model_config(cfg: ModelConfig) -> None:
             raise ValueError(f"model.{key}={value!r} must be a positive integer")
     if cfg.num_bases is not None and (not isinstance(cfg.num_bases, int) or cfg.num_bases < 1):
         raise ValueError(f"model.num_bases={cfg.num_bases!r} must be a positive integer or null")
+    messages.resolve(cfg.message).check_config(cfg)  # a registered name or MSG number
 
 
 class CMPNN(nn.Module):

@@ -18,8 +18,8 @@ from torch import Tensor, nn
 
 from cmpnn_dist.config import ModelConfig, OpsConfig
 from cmpnn_dist.graph import Graph
+from cmpnn_dist.model import messages
 from cmpnn_dist.model.aggregate import Aggregation
-from cmpnn_dist.model.message import MessageFunction
 from cmpnn_dist.model.readout import Readout
 from cmpnn_dist.ops import propagate
 
@@ -33,7 +33,7 @@ class CMPNNLayer(nn.Module):
         dim = cfg.hidden_dim
         self.ops = ops
         self.shortcut = bool(cfg.shortcut)
-        self.message = MessageFunction(cfg.message, num_relations, dim, cfg.num_bases)
+        self.message = messages.build(cfg.message, num_relations, dim, cfg)
         self.aggregate = Aggregation(cfg.aggregate)
         self.linear = nn.Linear(dim + self.aggregate.out_dim(dim), dim)
         self.readout = Readout(cfg.readout, dim)

@@ -2,7 +2,8 @@
 
 Runs :mod:`cmpnn_dist.ops.chunked`'s blocks (bounded memory: one piece of at most
 ``chunk_elements`` message entries at a time, forward or backward) with the message function's
-own ``compute`` (:mod:`cmpnn_dist.ops.messages`).  Forward computes each piece's messages
+own ``prepare`` (once per call, ordinary autograd) and ``compute`` (per piece;
+:mod:`cmpnn_dist.ops.messages`).  Forward computes each piece's messages
 without autograd; backward recomputes them with autograd on the piece's gathered source states
 ``x[src]`` [n, B, d] and on the relation parameters, and pulls the piece's message gradient
 back through ``compute`` with one ``torch.autograd.grad``; ``x``'s gradient is then scattered
@@ -26,15 +27,21 @@ from cmpnn_dist.ops.messages import EdgeMessage, as_params, get_message
 
 
 class GenericKernel(Kernel):
-    """A piece's messages from ``message.compute``; gradients by autograd through it."""
+    """A piece's messages from ``message.compute`` on the prepared parameters; gradients by
+    autograd through it."""
 
     in_place = False  # compute may return a fresh tensor or a view: never modified in place
 
-    def __init__(self, message: EdgeMessage):
+    def __init__(self, message: EdgeMessage, prepared: tuple[Tensor, ...], num_relations: int):
         self.message = message
+        # rows of relation-major tables a piece gathers per edge (a basis message's W_r is
+        # d x d): counted in the piece budget, as reference's basis kernel does
+        self.extra_per_edge = sum(
+            p[0].numel() for p in prepared if p.dim() > 0 and p.shape[0] == num_relations
+        )
 
     def messages(self, x: Tensor, params: tuple[Tensor, ...], src: Tensor, rel: Tensor) -> Tensor:
-        return self.message.compute(x[src], rel, params)
+        return self.message.compute(torch.index_select(x, 0, src), rel, params)
 
     def recompute(self, x, params, src, rel):  # noqa: ANN001, ANN201
         state = self._graph(x, params, src, rel)
@@ -42,7 +49,7 @@ class GenericKernel(Kernel):
 
     def _graph(self, x: Tensor, params: tuple[Tensor, ...], src: Tensor, rel: Tensor) -> tuple:
         with torch.enable_grad():
-            xs = x[src].detach().requires_grad_()
+            xs = torch.index_select(x, 0, src).detach().requires_grad_()
             leaves = tuple(p.detach().requires_grad_(p.is_floating_point()) for p in params)
             return self.message.compute(xs, rel, leaves), xs, leaves
 
@@ -79,6 +86,7 @@ def propagate(
         return in_float32(propagate, graph, x, relation, message=message, aggregators=aggregators,
                           edge_mask=edge_mask, edge_weight=edge_weight,
                           chunk_elements=chunk_elements)  # fmt: skip
-    kernel = GenericKernel(get_message(message))
-    params = as_params(relation)
+    edge = get_message(message)
+    params = edge.prepared(as_params(relation))  # differentiable, outside the pieces
+    kernel = GenericKernel(edge, params, graph.num_relations)
     return run(graph, x, params, kernel, aggregators, edge_mask, edge_weight, chunk_elements)

@@ -3,13 +3,16 @@
 A message function computes, for a piece of edges at once, ``m_e = f(x[src_e], P[rel_e])``
 from the gathered source states and the relation parameters ``P`` (a tuple of tensors):
 
-    compute(x_src float [n, B, d], rel int64 [n], params tuple) -> float [n, B, d]
+    prepare(params) -> prepared              once per call, differentiable (default: identity)
+    compute(x_src float [n, B, d], rel int64 [n], prepared) -> float [n, B, d]
 
 in plain differentiable torch.  That is all the generic gather-then-reduce path
 (:mod:`cmpnn_dist.ops.generic`) and the oracle (:mod:`cmpnn_dist.ops.naive`) need: the generic
-path reduces the pieces' messages and gets their gradients by autograd through ``compute``.
-Fast paths declare by name which messages they have specialised code for (``FAST_MESSAGES``
-in :mod:`cmpnn_dist.ops.reference` and :mod:`cmpnn_dist.ops.triton_mp`).
+path reduces the pieces' messages and gets their gradients by autograd through ``compute``
+(and through ``prepare`` by ordinary autograd, outside the pieces).  ``prepare`` is where
+per-relation work goes that should not be repeated per edge (a relation-major table layout,
+cos / sin of phases, a basis combination).  Fast paths declare by name which messages they
+have specialised code for (``ops.COVERAGE``).
 
 Built in here (the fast paths specialise them):
 
@@ -18,7 +21,7 @@ Built in here (the fast paths specialise them):
             params (bases [nb, d, d], coef [R2, nb]);  (W_r x)[j] = sum_i W_r[j, i] x[i]
 
 Others register themselves on import (the model's ``cmpnn_dist.model.messages`` package adds
-``transe`` and ``rotate``): ``register_message(EdgeMessage(name, compute, check, formula))``.
+``transe`` and ``rotate``): ``register_message(EdgeMessage(name, compute, check, ...))``.
 """
 
 from __future__ import annotations
@@ -38,15 +41,25 @@ class EdgeMessage:
 
     Attributes:
         name: the ``message=`` value that selects it.
-        compute: ``(x_src [n, B, d], rel [n], params) -> [n, B, d]``, differentiable torch.
+        compute: ``(x_src [n, B, d], rel [n], prepared) -> [n, B, d]``, differentiable torch.
         check: ``(params, R2, B, d) -> None``; raises ValueError naming what is wrong.
         formula: one line for docs and error messages.
+        prepare: ``params -> prepared``, once per call (None: identity).
     """
 
     name: str
     compute: Callable[[Tensor, Tensor, Params], Tensor]
     check: Callable[[Params, int, int, int], None]
     formula: str = ""
+    prepare: Callable[[Params], Params] | None = None
+
+    def prepared(self, params: Params) -> Params:
+        """``prepare(params)``, or ``params`` when the message has no preparation."""
+        return self.prepare(params) if self.prepare is not None else params
+
+    def messages(self, x_src: Tensor, rel: Tensor, params: Params) -> Tensor:
+        """``compute(x_src, rel, prepare(params))``: the messages of a set of edges."""
+        return self.compute(x_src, rel, self.prepared(params))
 
 
 _REGISTRY: dict[str, EdgeMessage] = {}
@@ -81,12 +94,22 @@ def as_params(relation: Tensor | tuple[Tensor, ...] | list[Tensor]) -> Params:
 
 
 # ---------------------------------------------------------------- helpers for vector relations
-def relation_rows(table: Tensor, rel: Tensor) -> Tensor:
-    """Rows of a per-relation vector table for a piece of edges, ready to broadcast against
-    ``x_src`` [n, B, d]: ``table`` [R2, k] -> [n, 1, k]; [B, R2, k] -> [n, B, k]."""
-    if table.dim() == 2:
-        return table[rel].unsqueeze(1)
-    return table[:, rel, :].transpose(0, 1)
+def relation_major(table: Tensor) -> Tensor:
+    """A per-relation vector table [R2, k] (shared) or [B, R2, k] (per query) as [R2, 1, k] /
+    [R2, B, k] (a ``prepare`` step), so a piece's rows are one ``index_select``."""
+    return table.unsqueeze(1) if table.dim() == 2 else table.transpose(0, 1)
+
+
+def relation_rows(prepared: Tensor, rel: Tensor) -> Tensor:
+    """Rows ``rel`` [n] of a :func:`relation_major` table: [n, B or 1, k], broadcasting
+    against ``x_src`` [n, B, d].  (Advanced indexing, whose backward accumulates in the
+    table's dtype: the naive oracle's bfloat16 gradients stay those of the obvious code.)"""
+    return prepared[rel]
+
+
+def prepare_vector(params: Params) -> Params:
+    """``prepare`` of messages with one vector table: :func:`relation_major`."""
+    return (relation_major(params[0]),)
 
 
 def check_vector_relation(name: str, params: Params, r2: int, batch: int, width: int) -> None:
@@ -103,8 +126,8 @@ def check_vector_relation(name: str, params: Params, r2: int, batch: int, width:
 
 
 # ---------------------------------------------------------------- built-ins
-def _mul(x_src: Tensor, rel: Tensor, params: Params) -> Tensor:
-    return x_src * relation_rows(params[0], rel)
+def _mul(x_src: Tensor, rel: Tensor, prepared: Params) -> Tensor:
+    return x_src * relation_rows(prepared[0], rel)
 
 
 def _check_mul(params: Params, r2: int, batch: int, dim: int) -> None:
@@ -119,9 +142,13 @@ def basis_weights(bases: Tensor, coef: Tensor) -> Tensor:
     return torch.einsum("rk,kij->rij", coef, bases)
 
 
-def _basis(x_src: Tensor, rel: Tensor, params: Params) -> Tensor:
-    weights = torch.einsum("rk,kij->rij", params[1], params[0])
-    return torch.einsum("eij,ebj->ebi", weights[rel], x_src)
+def _prepare_basis(params: Params) -> Params:
+    return (basis_weights(*params),)
+
+
+def _basis(x_src: Tensor, rel: Tensor, prepared: Params) -> Tensor:
+    weights = torch.index_select(prepared[0], 0, rel)  # [n, d, d]
+    return torch.bmm(x_src, weights.transpose(1, 2))  # m[e, b, i] = sum_j W[e, i, j] x[e, b, j]
 
 
 def _check_basis(params: Params, r2: int, batch: int, dim: int) -> None:
@@ -136,9 +163,15 @@ def _check_basis(params: Params, r2: int, batch: int, dim: int) -> None:
         )
 
 
-register_message(EdgeMessage("mul", _mul, _check_mul, "m = x[src] * w[rel]"))
+register_message(EdgeMessage("mul", _mul, _check_mul, "m = x[src] * w[rel]", prepare_vector))
 register_message(
-    EdgeMessage("basis", _basis, _check_basis, "m = W[rel] x[src], W_r = sum_k coef[r,k] V_k")
+    EdgeMessage(
+        "basis",
+        _basis,
+        _check_basis,
+        "m = W[rel] x[src], W_r = sum_k coef[r,k] V_k",
+        _prepare_basis,
+    )
 )
 
 __all__ = [
@@ -149,6 +182,8 @@ __all__ = [
     "check_vector_relation",
     "get_message",
     "message_names",
+    "prepare_vector",
     "register_message",
+    "relation_major",
     "relation_rows",
 ]

@@ -30,7 +30,7 @@ def messages(
     """Messages of edges with source states ``x_src`` [E, B, d] and relations ``rel`` [E]:
     the registered message function's ``compute`` (:mod:`cmpnn_dist.ops.messages`), e.g.
     ``mul``: ``x_src * relation[rel]``; ``basis``: ``W[rel] x_src``.  Returns [E, B, d]."""
-    return get_message(message).compute(x_src, rel, as_params(relation))
+    return get_message(message).messages(x_src, rel, as_params(relation))
 
 
 def edge_scale(edge_weight: Tensor, edge_mask: Tensor | None) -> Tensor:

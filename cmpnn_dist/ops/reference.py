@@ -22,13 +22,13 @@ from torch import Tensor
 from cmpnn_dist.graph import Graph
 from cmpnn_dist.ops.chunked import HALF, Kernel, gather, in_float32, make_blocks, run, scratch
 from cmpnn_dist.ops.generic import GenericKernel
-from cmpnn_dist.ops.messages import EdgeMessage, as_params, basis_weights, get_message
+from cmpnn_dist.ops.messages import EdgeMessage, as_params, get_message
 
 FAST_MESSAGES = ("mul", "basis")
 
 
 class MulKernel(Kernel):
-    """``x[src] * w[rel]``, params ``(w [R2, B or 1, d],)``."""
+    """``x[src] * w[rel]``, params ``(w [R2, B or 1, d],)`` (``mul``'s prepared layout)."""
 
     def messages(self, x: Tensor, params: tuple[Tensor, ...], src: Tensor, rel: Tensor) -> Tensor:
         return gather(x, src, 0).mul_(gather(params[0], rel, 1))
@@ -43,7 +43,7 @@ class MulKernel(Kernel):
 
 
 class BasisKernel(Kernel):
-    """``x[src] @ W[rel]^T``, params ``(W [R2, d, d],)``."""
+    """``x[src] @ W[rel]^T``, params ``(W [R2, d, d],)`` (``basis``'s prepared layout)."""
 
     def __init__(self, dim: int):
         self.extra_per_edge = dim * dim  # the gathered W_r of a piece
@@ -80,18 +80,15 @@ def propagate(
               edge_weight=edge_weight, chunk_elements=chunk_elements)  # fmt: skip
     if x.dtype in HALF:
         return in_float32(propagate, graph, x, relation, **kw)
-    name = message if isinstance(message, str) else None  # an EdgeMessage object: generic
-    params = as_params(relation)
+    edge = get_message(message)
+    params = edge.prepared(as_params(relation))  # mul: [R2, B or 1, d]; basis: W [R2, d, d]
     kernel: Kernel
-    if name == "mul":
-        (w,) = params
-        params = (w.unsqueeze(1) if w.dim() == 2 else w.transpose(0, 1),)  # [R2, B or 1, d]
+    if message == "mul":  # registered names only: an EdgeMessage object runs generic
         kernel = MulKernel()
-    elif name == "basis":
-        params = (basis_weights(*params),)
+    elif message == "basis":
         kernel = BasisKernel(x.shape[-1])
     else:
-        kernel = GenericKernel(get_message(message))
+        kernel = GenericKernel(edge, params, graph.num_relations)
     return run(graph, x, params, kernel, aggregators, edge_mask, edge_weight, chunk_elements)
 
 

@@ -1,8 +1,8 @@
 """Message passing with torch-scatter's ``segment_csr`` (``ops.impl=scatter``; optional extra).
 
 Destination rows are cut into blocks of at most ``chunk_elements`` message entries
-(edges x B x d).  Per block the kept messages ``m_e`` [E_blk, B, d] are built
-(:func:`cmpnn_dist.ops.naive.messages`, times the edge weights when given) and reduced over
+(edges x B x d).  Per block the kept messages ``m_e`` [E_blk, B, d] are built (the message
+function's ``compute`` on its prepared parameters, times the edge weights) and reduced over
 the block's CSR segments with ``segment_csr`` (sum, sum of squares, max, min; empty segments
 give 0).  Each block runs under ``torch.utils.checkpoint`` so the backward recomputes its
 messages: peak memory is one block of messages, never |E| x B x d.  Compared with
@@ -26,8 +26,8 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from cmpnn_dist.graph import Graph
-from cmpnn_dist.ops.messages import as_params
-from cmpnn_dist.ops.naive import edge_scale, messages
+from cmpnn_dist.ops.messages import as_params, get_message
+from cmpnn_dist.ops.naive import edge_scale
 
 try:
     from torch_scatter import segment_csr
@@ -62,7 +62,7 @@ def _block(
     aggregators: tuple[str, ...],
     scale: Tensor | None = None,
 ) -> tuple[Tensor, ...]:
-    msg = messages(x[src], rel, rel_params, message)
+    msg = get_message(message).compute(x[src], rel, rel_params)  # rel_params prepared
     if scale is not None:  # kept edges' weights [E_blk, B or 1, 1]
         msg = msg * scale
     outs = []
@@ -94,7 +94,7 @@ def propagate(
     dev = x.device
     indptr = graph.indptr.to(dev)
     src, rel = graph.src.to(dev), graph.rel.to(dev)
-    rel_params = as_params(relation)
+    rel_params = get_message(message).prepared(as_params(relation))
     if edge_mask is not None:
         cs = torch.zeros(graph.num_edges + 1, dtype=torch.long, device=dev)
         cs[1:] = torch.cumsum(edge_mask.to(dev).long(), 0)
