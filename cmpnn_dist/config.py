@@ -81,6 +81,9 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda
     log_every: int = 50
     progress: bool = True
+    # CPU intra-op threads; None: chosen from the cores other processes leave free and the
+    # work size, re-checked every few seconds (cmpnn_dist/training/threads.py)
+    num_threads: int | None = None
 
 
 @dataclass

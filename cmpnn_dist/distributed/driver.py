@@ -40,6 +40,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cmpnn_dist.openmp_env import openmp_env
+
 from . import faults, remote
 from .timing import ENV_TIMING
 from .worker import RESULT_FILE, train_worker
@@ -93,6 +95,7 @@ def _init_ray(cfg: Any) -> bool:
 
 def _worker_env() -> dict[str, str]:
     env = faults.propagated_env()
+    env.update(openmp_env())  # passive OpenMP waits, before the worker imports torch
     for key in (ENV_TIMING, "CMPNN_CACHE_DIR"):
         if key in os.environ:
             env[key] = os.environ[key]
