@@ -207,6 +207,9 @@ def main() -> None:
     ap.add_argument("--storage", default="/tmp/cmpnn-speed-storage")
     ap.add_argument("--timeout", type=float, default=240.0, help="per child, seconds")
     ap.add_argument("--out", default="train_speed_cpu")
+    ap.add_argument(
+        "--append", action="store_true", help="add these runs to the existing results file"
+    )
     args = ap.parse_args()
 
     if args.child:
@@ -287,7 +290,7 @@ def main() -> None:
 def pairs(runs: list[dict]) -> list[dict]:
     """Peer / ours ratios from the two runs of the same round and condition."""
     out = []
-    key = ("round", "load", "agg", "threads_arg")
+    key = ("command_index", "round", "load", "agg", "threads_arg")
     for ours in runs:
         if ours.get("side") != "cmpnn_dist" or "error" in ours:
             continue
@@ -317,11 +320,26 @@ def pairs(runs: list[dict]) -> list[dict]:
 def write_results(args: argparse.Namespace, runs: list[dict], skip: str) -> None:
     import torch
 
+    command = "python benchmarks/train_speed_cpu.py " + " ".join(sys.argv[1:])
+    commit = git_commit()
+    for row in runs:
+        row.update(command_index=0)
+    commands, commits = [command], [commit]
+    old = RESULTS / f"{args.out}.json"
+    if args.append and old.is_file():  # earlier invocations' runs stay, each names its command
+        prev = json.loads(old.read_text())
+        commands = prev["commands"] + commands
+        commits = prev["commits"] + commits
+        for row in runs:
+            row["command_index"] = len(commands) - 1
+        runs = prev["runs"] + runs
     table = pairs(runs)
     result = {
         "benchmark": "train_speed_cpu",
-        "command": "python benchmarks/train_speed_cpu.py " + " ".join(sys.argv[1:]),
-        "commit": git_commit(),
+        "command": " ; ".join(commands),
+        "commands": commands,
+        "commits": commits,
+        "commit": " ; ".join(dict.fromkeys(commits)),
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {
             "platform": platform.platform(),
@@ -359,8 +377,11 @@ def markdown(res: dict) -> str:
     lines = [
         "# CPU training step: cmpnn_dist vs NBFNet-PyG (fb237_v1, batch 64, 6 x 32)",
         "",
-        f"`{res['command']}`  ",
-        f"commit `{res['commit']}`, {res['date_utc']}  ",
+        *[
+            f"{i}. `{c}` at commit `{k}`  "
+            for i, (c, k) in enumerate(zip(res["commands"], res["commits"], strict=True))
+        ],
+        f"written {res['date_utc']}  ",
         f"machine: {m['platform']}, {m['cpu']}, {m['cpu_count']} CPUs "
         f"(affinity {m['affinity']}), torch {m['torch']}",
         "",
@@ -370,14 +391,15 @@ def markdown(res: dict) -> str:
     if res["peer_skipped"]:
         lines += [f"**Peer skipped:** {res['peer_skipped']}", ""]
     lines += [
-        "| round | load | agg | threads | load avg | ours wall s | ours CPU s | ours threads "
+        "| cmd | round | load | agg | threads | load avg | ours wall s | ours CPU s | ours threads "
         "| peer wall s | peer CPU s | wall ratio | CPU ratio | ours / peer RSS GB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in res["pairs"]:
         rss = f"{p['ours_rss_gb']:.2f} / {_f(p.get('peer_rss_gb'))}"
         lines.append(
-            f"| {p['round']} | {p['load']} | {p['agg']} | {p['threads_arg']} | "
+            f"| {p['command_index']} | {p['round']} | {p['load']} | {p['agg']} | "
+            f"{p['threads_arg']} | "
             f"{p['loadavg']:.2f} | {p['ours_wall_s']:.2f} | {p['ours_cpu_s']:.2f} | "
             f"{sorted(set(p['ours_threads']))} | {_f(p.get('peer_wall_s'))} | "
             f"{_f(p.get('peer_cpu_s'))} | {_f(p.get('wall_ratio'), '.1f')} | "
