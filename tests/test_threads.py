@@ -146,3 +146,14 @@ def test_train_cli_sets_openmp_defaults_before_torch():
         check=True,
     )
     assert out.stdout.strip() == "PASSIVE"
+
+
+def test_ray_workers_get_the_openmp_settings(monkeypatch):
+    """Ray starts workers with these variables, so they hold before the worker imports torch."""
+    pytest.importorskip("ray")
+    from cmpnn_dist.distributed.driver import _worker_env
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert _worker_env()["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert _worker_env()["OMP_WAIT_POLICY"] == "ACTIVE"
