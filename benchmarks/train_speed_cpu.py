@@ -222,6 +222,7 @@ def main() -> None:
         print(json.dumps(child_ours(agg, threads, int(warm), int(timed), args.storage)))
         return
 
+    commit = git_commit()  # at the start: the code that runs
     peer_py, skip = peer_status(args.peer_venv)
     peer_data = Path(args.storage) / "nbfnet-data"
     if peer_py is not None and not (peer_data / "FB15k-237" / "v1" / "raw").is_dir():
@@ -284,7 +285,7 @@ def main() -> None:
             burner.stop()
         if bar:
             bar.close()
-    write_results(args, runs, skip)
+    write_results(args, runs, skip, commit)
 
 
 def pairs(runs: list[dict]) -> list[dict]:
@@ -317,11 +318,10 @@ def pairs(runs: list[dict]) -> list[dict]:
     return out
 
 
-def write_results(args: argparse.Namespace, runs: list[dict], skip: str) -> None:
+def write_results(args: argparse.Namespace, runs: list[dict], skip: str, commit: str) -> None:
     import torch
 
     command = "python benchmarks/train_speed_cpu.py " + " ".join(sys.argv[1:])
-    commit = git_commit()
     for row in runs:
         row.update(command_index=0)
     commands, commits = [command], [commit]
