@@ -153,6 +153,9 @@ class TrainConfig:
     device: str = option("auto", Device)
     log_every: int = number(50, ge=1)
     progress: bool = True
+    # CPU intra-op threads; None: chosen from the cores other processes leave free and the
+    # work size, re-checked every few seconds (cmpnn_dist/training/threads.py)
+    num_threads: int | None = number(None, ge=1)
 
 
 @dataclass

@@ -16,10 +16,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from cmpnn_dist.openmp_env import set_openmp_defaults
 
-from cmpnn_dist.cli import UsageError, ensure_dataset, run_cli, split_args
-from cmpnn_dist.config import Config, validate
+set_openmp_defaults()  # before torch loads OpenMP (see cmpnn_dist/openmp_env.py)
+
+from omegaconf import OmegaConf  # noqa: E402
+
+from cmpnn_dist.cli import UsageError, ensure_dataset, run_cli, split_args  # noqa: E402
+from cmpnn_dist.config import Config, validate  # noqa: E402
 
 
 def resolve_checkpoint(path: Path) -> Path:

@@ -46,6 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cmpnn_dist.openmp_env import openmp_env
 from cmpnn_dist.training import run_folder as rf
 from cmpnn_dist.training.checkpoint_store import ENV_SCRATCH, CheckpointStore
 
@@ -108,6 +109,7 @@ def _init_ray(cfg: Any) -> bool:
 
 def _worker_env() -> dict[str, str]:
     env = faults.propagated_env()
+    env.update(openmp_env())  # passive OpenMP waits, before the worker imports torch
     for key in (ENV_TIMING, "CMPNN_CACHE_DIR", ENV_SCRATCH):
         if key in os.environ:
             env[key] = os.environ[key]

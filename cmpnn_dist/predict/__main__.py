@@ -20,10 +20,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
+from cmpnn_dist.openmp_env import set_openmp_defaults
 
-from cmpnn_dist.cli import UsageError, run_cli, split_args
-from cmpnn_dist.predict.names import Query, read_queries
+set_openmp_defaults()  # before torch loads OpenMP (see cmpnn_dist/openmp_env.py)
+
+import pandas as pd  # noqa: E402
+
+from cmpnn_dist.cli import UsageError, run_cli, split_args  # noqa: E402
+from cmpnn_dist.predict.names import Query, read_queries  # noqa: E402
 
 SPECIAL = [
     "ckpt",

@@ -12,7 +12,9 @@ Epochs run until ``train.epochs`` or the ``train.max_steps`` budget.  After each
 rank validates on the *whole* validation split (same numbers everywhere, so no broadcast is
 needed and every rank makes the same best-model decision; wall time equals rank-0-only).
 ``train.deterministic`` turns on ``torch.use_deterministic_algorithms`` and one intra-op
-thread for the duration of fit (both restored afterwards).
+thread for the duration of fit (both restored afterwards).  Otherwise, on CPU, the intra-op
+thread count is ``train.num_threads`` or, when null, chosen and kept current by
+:class:`~cmpnn_dist.training.threads.ThreadGovernor` (restored afterwards too).
 Evaluation runs inside :func:`isolated_rng`, so it never perturbs the training RNG stream.
 The best weights by valid MRR are kept; at the end they are tested.
 
@@ -38,6 +40,7 @@ import torch
 from .context import LocalContext, TrainContext, resolve_device
 from .data import TrainData
 from .rng import seed_everything
+from .threads import governor_for
 from .trainer import FitResult, Trainer
 from .validation import evaluate_split
 
@@ -90,8 +93,17 @@ def fit(
         # on CUDA an op without a deterministic kernel warns instead of failing the run
         torch.use_deterministic_algorithms(True, warn_only=ctx.device.type != "cpu")
         torch.set_num_threads(1)
+    step_hook = on_step
+    if ctx.device.type == "cpu":  # intra-op threads from train.num_threads / free cores
+        governor = governor_for(cfg, data, ctx.world_size)
+
+        def step_hook(step: int) -> None:
+            governor.update()
+            if on_step is not None:
+                on_step(step)
+
     try:
-        result = Trainer(cfg, data, ctx, on_step).run()
+        result = Trainer(cfg, data, ctx, step_hook).run()
         if result.run_dir is None and run_dir is not None:
             result.run_dir = Path(run_dir)
         if ctx.is_main and result.run_dir is not None:
