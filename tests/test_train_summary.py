@@ -18,3 +18,20 @@ def test_summary_table_rows_match_the_result():
                     "accuracy": ["-", "0.8000"]}  # fmt: skip
     assert lines[-1] == "  rankings: valid 448, test 400 (both directions)"
     assert summary_table({"run_dir": "r", "valid": {}, "test": {}}) == "done: r"
+
+
+def test_first_lines_describe_data_and_model(tmp_path, capsys):
+    from cmpnn_dist.training.loop import fit
+    from test_training import rule_kg, small_cfg
+
+    data = rule_kg(32)
+    cfg = small_cfg(epochs=1)
+    result = fit(cfg, data, run_dir=tmp_path)
+    params = sum(p.numel() for p in result.model.parameters())
+    first = capsys.readouterr().err.splitlines()[0]
+    steps = len(data.train.queries) // cfg.train.batch_size
+    assert first == (
+        f"data: 32 entities, 3 relations, {len(data.train.queries)} training facts "
+        f"(transductive) | model: cmpnn 2 x 8, {params:,} parameters | {steps} steps of 8 "
+        "queries on cpu"
+    )

@@ -234,8 +234,22 @@ class Trainer:
         self.history.append(row)
         self.ctx.report(row, checkpoint)
 
+    def describe(self) -> str:
+        """One line on what is trained: the data's size, the model's shape and parameters."""
+        d, m = self.data, self.cfg.model
+        params = sum(p.numel() for p in self.model.parameters())
+        kind = "inductive" if d.inductive else "transductive"
+        return (
+            f"data: {d.num_nodes:,} entities, {d.num_relations} relations, "
+            f"{len(d.train.queries):,} training facts ({kind}) | model: {m.family} "
+            f"{m.num_layers} x {m.hidden_dim}, {params:,} parameters | "
+            f"{self.total_steps:,} steps of {self.cfg.train.batch_size} queries on {self.device}"
+        )
+
     def run(self) -> FitResult:
         cfg, tc, ctx = self.cfg, self.cfg.train, self.ctx
+        if ctx.is_main:
+            _say(self.describe())
         ckpt = ctx.latest_checkpoint()
         if ckpt is not None:
             self.restore(ckpt)
