@@ -76,6 +76,9 @@ class TrainConfig:
     # v) | candidates (every edge between u and v or any sampled negative: NBFNet's and the
     # C-MPNN code's remove_one_hop); see Graph.query_edge_mask
     remove_query_edges: str = "query"
+    # typed | uniform: negatives from the node types of the relation's training tails (typed,
+    # the default; uniform where the graph has no node types) or from all nodes
+    negatives: str = "typed"
     seed: int = 0
     deterministic: bool = False
     device: str = "auto"  # auto | cpu | cuda
@@ -89,6 +92,12 @@ class EvalConfig:
     # evaluate on at most this many queries of each split (None: all)
     max_queries: int | None = None
     num_negatives_hits: int = 50  # hits@10_50 of the inductive protocol
+    # all (filtered, every entity) | typed (filtered, entities of the target's type) | ogb
+    # (OGB's official 500 negative heads / tails, metrics by ogb's Evaluator)
+    protocol: str = "all"
+    # pessimistic (a tied target ranks below its ties) | average (OGB: mean of the optimistic
+    # and pessimistic rank); protocol=ogb always uses average, as ogb's Evaluator does
+    ties: str = "pessimistic"
     splits: list[str] = field(default_factory=lambda: ["valid", "test"])
 
 

@@ -25,11 +25,15 @@ from cmpnn_dist.graph import Graph
 
 @dataclass
 class SplitData:
-    """One split: message-passing graph, queries int64 [F, 3], filter facts int64 [G, 3]."""
+    """One split: message-passing graph, queries int64 [F, 3], filter facts int64 [G, 3];
+    ``node_types`` int64 [N] of the graph's nodes (None: untyped) and ``negatives`` OGB's
+    official ``{"head_neg", "tail_neg"}`` int64 [F, K] of the queries (None: not shipped)."""
 
     graph: Graph
     queries: Tensor
     filter_triples: Tensor
+    node_types: Tensor | None = None
+    negatives: dict[str, Tensor] | None = None
 
 
 @dataclass
@@ -64,15 +68,19 @@ def load_train_data(ds: Any) -> TrainData:
     g_train = ds.graph_data("train")
     graph = g_train.graph()
     train_facts = _facts(g_train, "train")
-    train = SplitData(graph, train_facts, train_facts)
+    types = g_train.node_types
+    train = SplitData(graph, train_facts, train_facts, types)
+    negs = getattr(ds, "negatives", lambda split: None)
     if ds.inductive:
         g_test = ds.graph_data("test")
-        valid = SplitData(graph, _facts(g_train, "valid"), _all_facts(g_train))
-        test = SplitData(g_test.graph(), _facts(g_test, "test"), _all_facts(g_test))
+        valid = SplitData(graph, _facts(g_train, "valid"), _all_facts(g_train), types)
+        test = SplitData(
+            g_test.graph(), _facts(g_test, "test"), _all_facts(g_test), g_test.node_types
+        )
     else:
         filt = _all_facts(g_train)
-        valid = SplitData(graph, _facts(g_train, "valid"), filt)
-        test = SplitData(graph, _facts(g_train, "test"), filt)
+        valid = SplitData(graph, _facts(g_train, "valid"), filt, types, negs("valid"))
+        test = SplitData(graph, _facts(g_train, "test"), filt, types, negs("test"))
     return TrainData(int(ds.num_relations), bool(ds.inductive), train, valid, test)
 
 

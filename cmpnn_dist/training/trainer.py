@@ -25,7 +25,7 @@ from .data import TrainData
 from .loss import self_adversarial_bce
 from .rng import capture_rng_state, restore_rng_state
 from .sampler import QuerySampler
-from .validation import evaluate_split
+from .validation import check_eval_options, evaluate_split
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +61,7 @@ class Trainer:
 
         self.cfg, self.data, self.ctx, self.on_step = cfg, data, ctx, on_step
         tc = cfg.train
+        check_eval_options(cfg, data)
         self.device = torch.device(ctx.device)
         self.model = CMPNN(cfg.model, data.num_relations, cfg.ops).to(self.device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=tc.lr)
@@ -74,6 +75,8 @@ class Trainer:
             rank=ctx.rank,
             world_size=ctx.world_size,
             filter_triples=data.train.filter_triples,
+            node_types=data.train.node_types,
+            negatives=str(getattr(tc.negatives, "value", tc.negatives)),
         )
         self._graphs: dict[int, Any] = {}
         self.history: list[dict[str, Any]] = []
@@ -183,7 +186,12 @@ class Trainer:
         valid = self.data.valid
         if len(valid.queries):
             metrics = evaluate_split(
-                self.model, valid, self.graph(valid.graph), self.cfg, self.data.num_relations
+                self.model,
+                valid,
+                self.graph(valid.graph),
+                self.cfg,
+                self.data.num_relations,
+                ctx=self.ctx,
             )
         else:
             metrics = {}
@@ -259,7 +267,13 @@ class Trainer:
         if "test" in self.cfg.eval.splits and len(self.data.test.queries):
             split = self.data.test
             test = evaluate_split(
-                self.model, split, self.graph(split.graph), self.cfg, self.data.num_relations
+                self.model,
+                split,
+                self.graph(split.graph),
+                self.cfg,
+                self.data.num_relations,
+                ctx=self.ctx,
+                ranks_path=_ranks_path(self.ctx, "test"),
             )
             row = {"kind": "test", "step": self.step, "epoch": self.sampler.epoch}
             row.update({f"test_{k}": v for k, v in test.items()})
@@ -275,6 +289,12 @@ class Trainer:
             best_step=self.best_step,
             step=self.step,
         )
+
+
+def _ranks_path(ctx: TrainContext, split: str) -> Path | None:
+    """``<run_dir>/ranks_<split>.parquet`` on the main rank when the run has a local folder."""
+    run_dir = getattr(ctx, "run_dir", None)
+    return Path(run_dir) / f"ranks_{split}.parquet" if ctx.is_main and run_dir else None
 
 
 def _progress(enabled: bool, total: int, initial: int) -> Any:

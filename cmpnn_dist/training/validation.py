@@ -1,7 +1,10 @@
-"""Filtered ranking of one split during training (validation each epoch, test at the end)."""
+"""Ranking of one split during training (validation each epoch, test at the end) and in
+``python -m cmpnn_dist.evaluate``: the protocol, tie rule and sharding come from the config
+and the context (every rank ranks its share; the gathered result is the same everywhere)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -12,12 +15,36 @@ from .rng import isolated_rng
 
 
 def evaluate_split(
-    model: nn.Module, split: SplitData, graph: Any, cfg: Any, num_relations: int
-) -> dict[str, float]:
-    """Filtered ranking metrics of ``split`` (both directions, ``eval.max_queries`` first facts)
-    with ``model`` in eval mode; global RNG states are left untouched."""
+    model: nn.Module,
+    split: SplitData,
+    graph: Any,
+    cfg: Any,
+    num_relations: int,
+    ctx: Any = None,
+    ranks_path: Path | None = None,
+    progress: bool | None = None,
+) -> dict[str, Any]:
+    """Ranking metrics of ``split`` (both directions, the first ``eval.max_queries`` facts,
+    ``eval.protocol`` and ``eval.ties``) with ``model`` in eval mode; global RNG states are
+    left untouched.
+
+    Args:
+        ctx: a context with ``rank``, ``world_size`` and (when ``world_size > 1``)
+            ``all_gather_rows(t [n, c]) -> [sum n, c]``; None: one process.
+        ranks_path: write the per-query ranks there (Parquet), if given.
+        progress: progress bar (default: ``train.progress`` on the main rank).
+
+    Returns: float metrics plus ``num_queries``, ``protocol`` and ``ties``.
+    """
     from cmpnn_dist.evaluation import evaluate
 
+    rank = int(getattr(ctx, "rank", 0)) if ctx is not None else 0
+    world = int(getattr(ctx, "world_size", 1)) if ctx is not None else 1
+    gather = getattr(ctx, "all_gather_rows", None) if world > 1 else None
+    if progress is None:
+        progress = bool(getattr(cfg.train, "progress", False)) and rank == 0
+    ev = cfg.eval
+    protocol, ties = _choice(ev, "protocol", "all"), _choice(ev, "ties", "pessimistic")
     was_training = model.training
     model.eval()
     try:
@@ -28,10 +55,55 @@ def evaluate_split(
                 split.queries,
                 split.filter_triples,
                 num_relations=num_relations,
-                batch_size=cfg.eval.batch_size,
-                max_queries=cfg.eval.max_queries,
-                num_negatives_hits=cfg.eval.num_negatives_hits,
+                batch_size=ev.batch_size,
+                max_queries=ev.max_queries,
+                num_negatives_hits=ev.num_negatives_hits,
+                protocol=protocol,
+                ties=ties,
+                node_types=split.node_types,
+                negatives=split.negatives,
+                rank=rank,
+                world_size=world,
+                gather=gather,
+                progress=progress,
+                ranks_path=ranks_path if rank == 0 else None,
             )
     finally:
         model.train(was_training)
-    return {k: float(v) for k, v in metrics.items()}
+    return {k: (v if isinstance(v, str) else float(v)) for k, v in metrics.items()}
+
+
+def _choice(section: Any, key: str, default: str) -> str:
+    value = getattr(section, key, default)
+    return str(getattr(value, "value", value))  # plain str or a str Enum
+
+
+def check_eval_options(cfg: Any, data: Any) -> None:
+    """Raise ValueError naming the key when ``eval.protocol`` / ``eval.ties`` /
+    ``train.negatives`` is unknown or the data cannot serve it (``typed`` without node
+    types, ``ogb`` without OGB's official negatives); called before any work starts."""
+    from cmpnn_dist.evaluation.metrics import TIES
+    from cmpnn_dist.evaluation.ranking import PROTOCOLS
+
+    from .sampler import NEGATIVE_MODES
+
+    protocol, ties = _choice(cfg.eval, "protocol", "all"), _choice(cfg.eval, "ties", "pessimistic")
+    negatives = _choice(cfg.train, "negatives", "typed")
+    for key, value, choices in (
+        ("eval.protocol", protocol, PROTOCOLS),
+        ("eval.ties", ties, TIES),
+        ("train.negatives", negatives, NEGATIVE_MODES),
+    ):
+        if value not in choices:
+            raise ValueError(f"bad value {value!r} for {key}; choose one of {list(choices)}")
+    splits = [getattr(data, s) for s in cfg.eval.splits if hasattr(data, s)]
+    if protocol == "typed" and any(s.node_types is None for s in splits):
+        raise ValueError(
+            "eval.protocol=typed needs node types, and this dataset has none "
+            "(set data.node_types for TSV sources, or use eval.protocol=all)"
+        )
+    if protocol == "ogb" and any(len(s.queries) and s.negatives is None for s in splits):
+        raise ValueError(
+            "eval.protocol=ogb needs OGB's official negatives, which only ogb:biokg datasets "
+            "store; use eval.protocol=typed or all"
+        )
