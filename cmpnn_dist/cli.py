@@ -138,6 +138,21 @@ def dataset_path(cfg: Config) -> Path:
     return Path(cfg.storage_root).expanduser().resolve() / "datasets" / cfg.data.name
 
 
+_MISSING_DATA_HINTS = {
+    "ogb:biokg": (
+        "put OGB's ogbl_biokg folder there, so that {raw}/ogbl_biokg/split/random/train.pt "
+        "exists (unzip http://snap.stanford.edu/ogb/data/linkproppred/biokg.zip and rename its "
+        "biokg folder to ogbl_biokg; where there is network, ogb's loader downloads it: "
+        'python -c "from ogb.linkproppred import LinkPropPredDataset as D; '
+        "D('ogbl-biokg', root='{raw}')\"), or set data.raw_path=FOLDER"
+    ),
+    "hetionet": (
+        "put hetio's hetionet-v1.0-edges.sif.gz and hetionet-v1.0-nodes.tsv there "
+        "(https://github.com/hetio/hetionet, folder hetnet/tsv), or set data.raw_path=FOLDER"
+    ),
+}
+
+
 def ensure_dataset(cfg: Config, progress: bool = True) -> Path:
     """Return the dataset folder, converting it from ``cfg.data.source`` on first use."""
     from cmpnn_dist.storage import StorageError
@@ -152,7 +167,10 @@ def ensure_dataset(cfg: Config, progress: bool = True) -> Path:
         if not Path(raw).expanduser().exists():
             raise UsageError(
                 f"data for conf {cfg.data.name!r} not found: {raw} does not exist "
-                f"(source {cfg.data.source}); set data.raw_path or data_root=..."
+                f"(source {cfg.data.source}); "
+                + _MISSING_DATA_HINTS.get(
+                    cfg.data.source, "set data.raw_path or data_root=..."
+                ).format(raw=Path(raw).expanduser())
             )
     if progress:
         print(f"building dataset {cfg.data.name} from {cfg.data.source} -> {path}", file=sys.stderr)

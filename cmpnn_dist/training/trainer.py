@@ -273,7 +273,8 @@ class Trainer:
                 self.cfg,
                 self.data.num_relations,
                 ctx=self.ctx,
-                ranks_path=_ranks_path(self.ctx, "test"),
+                ranks_dir=_ranks_dir(self.ctx),
+                split_name="test",
             )
             row = {"kind": "test", "step": self.step, "epoch": self.sampler.epoch}
             row.update({f"test_{k}": v for k, v in test.items()})
@@ -291,10 +292,10 @@ class Trainer:
         )
 
 
-def _ranks_path(ctx: TrainContext, split: str) -> Path | None:
-    """``<run_dir>/ranks_<split>.parquet`` on the main rank when the run has a local folder."""
+def _ranks_dir(ctx: TrainContext) -> Path | None:
+    """The run folder (per-query ranks go there) on the main rank, when it is local."""
     run_dir = getattr(ctx, "run_dir", None)
-    return Path(run_dir) / f"ranks_{split}.parquet" if ctx.is_main and run_dir else None
+    return Path(run_dir) if ctx.is_main and run_dir else None
 
 
 def _progress(enabled: bool, total: int, initial: int) -> Any:

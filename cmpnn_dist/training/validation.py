@@ -21,8 +21,9 @@ def evaluate_split(
     cfg: Any,
     num_relations: int,
     ctx: Any = None,
-    ranks_path: Path | None = None,
+    ranks_dir: Path | None = None,
     progress: bool | None = None,
+    split_name: str = "split",
 ) -> dict[str, Any]:
     """Ranking metrics of ``split`` (both directions, the first ``eval.max_queries`` facts,
     ``eval.protocol`` and ``eval.ties``) with ``model`` in eval mode; global RNG states are
@@ -31,7 +32,8 @@ def evaluate_split(
     Args:
         ctx: a context with ``rank``, ``world_size`` and (when ``world_size > 1``)
             ``all_gather_rows(t [n, c]) -> [sum n, c]``; None: one process.
-        ranks_path: write the per-query ranks there (Parquet), if given.
+        ranks_dir: write the per-query ranks to ``ranks_<split_name>_<protocol>.parquet``
+            in this folder (main rank), if given.
         progress: progress bar (default: ``train.progress`` on the main rank).
 
     Returns: float metrics plus ``num_queries``, ``protocol`` and ``ties``.
@@ -66,7 +68,11 @@ def evaluate_split(
                 world_size=world,
                 gather=gather,
                 progress=progress,
-                ranks_path=ranks_path if rank == 0 else None,
+                ranks_path=(
+                    Path(ranks_dir) / f"ranks_{split_name}_{protocol}.parquet"
+                    if ranks_dir is not None and rank == 0
+                    else None
+                ),
             )
     finally:
         model.train(was_training)
@@ -107,3 +113,54 @@ def check_eval_options(cfg: Any, data: Any) -> None:
             "eval.protocol=ogb needs OGB's official negatives, which only ogb:biokg datasets "
             "store; use eval.protocol=typed or all"
         )
+
+
+def model_from_state(
+    cfg: Any, state: dict[str, Any], num_relations: int, weights: str
+) -> nn.Module:
+    """The C-MPNN of ``cfg.model`` with a checkpoint's ``best`` weights (by valid MRR; the
+    current ones when there are none or ``weights="last"``).  ValueError when they do not fit."""
+    from cmpnn_dist.model import CMPNN
+
+    model = CMPNN(cfg.model, num_relations, cfg.ops)
+    best = (state.get("best") or {}).get("state")
+    params = best if (weights == "best" and best is not None) else state["model"]
+    try:
+        model.load_state_dict(params)
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()
+        detail = "; ".join(line.strip() for line in first[1:4]) or first[0]
+        raise ValueError(
+            "the checkpoint does not fit the configured model "
+            f"(was it written with another model configuration?): {detail}"
+        ) from exc
+    return model
+
+
+def evaluate_splits(
+    model: nn.Module,
+    data: Any,
+    cfg: Any,
+    device: torch.device,
+    ctx: Any = None,
+    ranks_dir: Path | None = None,
+) -> dict[str, dict[str, Any]]:
+    """``{split: metrics}`` for ``valid`` and ``test`` (``{}`` for an empty split)."""
+    model.to(device)
+    out: dict[str, dict[str, Any]] = {}
+    for name in ("valid", "test"):
+        split = getattr(data, name)
+        if len(split.queries) == 0:
+            out[name] = {}
+            continue
+        out[name] = evaluate_split(
+            model,
+            split,
+            split.graph.to(device),
+            cfg,
+            data.num_relations,
+            ctx=ctx,
+            ranks_dir=ranks_dir,
+            split_name=name,
+        )
+    return out
