@@ -7,8 +7,9 @@ share, rank 0 gathers).  Per-query ranks go to ``<run>/ranks_<split>_<protocol>.
 and the metrics to ``<run>/eval_<protocol>.json``.  The model is rebuilt from the
 configuration stored in the checkpoint, merged with any overrides; the best weights (by
 validation MRR) are evaluated, or the checkpoint's current weights with ``weights=last``.
-A checkpoint whose weights do not fit the configured model is one error line.  The last stdout line is one JSON object
-with ``run_dir``, ``valid`` and ``test``, as for ``cmpnn_dist.train``.
+A checkpoint whose weights do not fit the configured model is one error line.  The last
+stdout line is one JSON object with ``run_dir``, ``valid`` and ``test``, as for
+``cmpnn_dist.train``.
 """
 
 from __future__ import annotations
