@@ -246,7 +246,14 @@ def _rank_ogb(scores: Tensor, row: Tensor, target: Tensor, cand: Tensor) -> Tens
 def _bar(enabled: bool, total: int) -> Any:
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, disable=not enabled, desc="evaluate", unit="query", dynamic_ncols=True)
+    return tqdm(
+        total=total,
+        disable=not enabled,
+        desc="evaluate",
+        unit="query",
+        dynamic_ncols=True,
+        leave=False,
+    )
 
 
 def rank_queries(
