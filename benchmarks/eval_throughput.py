@@ -49,17 +49,28 @@ OUT = Path(__file__).resolve().parent / "results"
 
 
 class TimedModel(torch.nn.Module):
-    """Wraps the model; accumulates forward seconds and calls."""
+    """Wraps the model; records the seconds of each forward batch.  The protocols rank the
+    same facts, hence score the same (node, relation) batches: each batch is computed once
+    (timed) and replayed for the next protocol, which is charged the first run's time."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
         self.model = model
         self.seconds: list[float] = []
+        self._memo: dict[tuple, tuple[torch.Tensor, float]] = {}
+        self.first_call: float | None = None
 
     def forward(self, graph, heads, rels, edge_mask=None):
-        t = time.perf_counter()
-        out = self.model(graph, heads, rels, edge_mask)
-        self.seconds.append(time.perf_counter() - t)
+        if self.first_call is None:
+            self.first_call = time.perf_counter()
+        key = (tuple(heads.tolist()), tuple(rels.tolist()))
+        if key not in self._memo:
+            t = time.perf_counter()
+            out = self.model(graph, heads, rels, edge_mask)
+            self._memo[key] = (out, time.perf_counter() - t)
+            print(f"forward batch of {len(heads)}: {self._memo[key][1]:.1f} s", flush=True)
+        out, seconds = self._memo[key]
+        self.seconds.append(seconds)
         return out
 
 
@@ -100,7 +111,7 @@ def num_groups(facts: torch.Tensor, num_relations: int) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--storage", default="/tmp/cmpnn_eval_bench")
-    ap.add_argument("--facts", type=int, default=24, help="test facts ranked per protocol")
+    ap.add_argument("--facts", type=int, default=8, help="test facts ranked per protocol")
     ap.add_argument("--batch", type=int, default=16, help="groups per forward pass")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--small", action="store_true")
@@ -126,7 +137,9 @@ def main() -> None:
     rows = []
     for protocol in ("all", "typed", "ogb"):
         model.seconds.clear()
+        model.first_call = None
         with RssPeak() as rss:
+            replayed = len(model._memo)
             t = time.perf_counter()
             table = rank_split(
                 model,
@@ -143,19 +156,25 @@ def main() -> None:
             wall = time.perf_counter() - t
         metrics = metrics_of(table)
         forward = sum(model.seconds)
+        # once per split: the filter index (train + valid + test facts), query grouping
+        setup = (model.first_call or t) - t
+        wall -= setup
+        # a replayed forward took ~0 s here: charge the time it took when it was computed
+        wall += forward if replayed else 0.0
         q = table.rank.numel()
         groups = num_groups(facts, R)
         batches = len(model.seconds)
         per_batch = statistics.median(model.seconds)
         rank_per_query = (wall - forward) / q
         full_q = 2 * BIOKG_TEST_FACTS
-        projected = (full_groups / args.batch) * per_batch + full_q * rank_per_query
+        projected = (full_groups / args.batch) * per_batch + full_q * rank_per_query + setup
         rows.append(
             {
                 "protocol": protocol,
                 "rankings": q,
                 "groups": groups,
                 "forward_batches": batches,
+                "setup_s": round(setup, 2),
                 "wall_s": round(wall, 2),
                 "forward_s": round(forward, 2),
                 "ranking_s": round(wall - forward, 3),
@@ -193,6 +212,7 @@ def main() -> None:
             "processor": platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(),
             "torch_threads": args.threads,
+            "load_average_1_5_15": [round(x, 1) for x in os.getloadavg()],
             "torch": torch.__version__,
         },
         "git_commit": commit,
@@ -209,18 +229,20 @@ def main() -> None:
     md = [
         f"# Evaluation throughput, {result['graph']} (CPU)",
         "",
-        f"Machine: {platform.platform()}, {os.cpu_count()} CPUs, torch threads {args.threads}, "
+        f"Machine: {platform.platform()}, {os.cpu_count()} CPUs (shared: load average "
+        f"{result['machine']['load_average_1_5_15']} at the end), torch threads {args.threads}, "
         f"commit {commit}.  Model: {result['model']}.  {len(facts)} test facts "
         f"({2 * len(facts)} rankings) per protocol, {args.batch} (node, relation) groups per "
         "forward pass, ties average.",
         "",
-        "| protocol | rankings/s | groups/s | forward s | ranking s | peak RSS GB "
+        "| protocol | rankings/s | groups/s | setup s | forward s | ranking s | peak RSS GB "
         "| projected full test (h) |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         md.append(
-            f"| {r['protocol']} | {r['queries_per_s']} | {r['groups_per_s']} | {r['forward_s']} "
+            f"| {r['protocol']} | {r['queries_per_s']} | {r['groups_per_s']} | {r['setup_s']} "
+            f"| {r['forward_s']} "
             f"| {r['ranking_s']} | {r['peak_rss_gb']} | {r['projected_full_test_h']} |"
         )
     md += [
@@ -228,7 +250,11 @@ def main() -> None:
         f"Full biokg test: {2 * BIOKG_TEST_FACTS:,} rankings; the synthetic test split groups "
         f"its rankings into {full_groups:,} (node, relation) queries = "
         f"{result['full_test']['forward_batches']:,} forward passes of {args.batch}.  Projection "
-        "= forward batches x median forward seconds + rankings x ranking seconds per ranking.",
+        "= forward batches x median forward seconds + rankings x ranking seconds per ranking "
+        "+ setup (filter index, grouping: once per split).  rankings/s and groups/s exclude "
+        "the setup.  The protocols rank the same facts: the forward batch is computed once "
+        "(first row) and each later row is charged its measured time; peak RSS of later rows "
+        "excludes the forward.",
     ]
     tmp = out.with_suffix(".md.tmp")
     tmp.write_text("\n".join(md) + "\n")

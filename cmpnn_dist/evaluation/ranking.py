@@ -145,10 +145,6 @@ def rank_split(
     mine = list(range(rank, num_batches, world_size))
     index = AnswerIndex(filter_triples, num_relations) if protocol != "ogb" else None
     types = node_types.long().to(device) if protocol == "typed" else None
-    cand = None
-    if protocol == "ogb":
-        assert negatives is not None
-        cand = torch.cat([negatives["tail_neg"][:F], negatives["head_neg"][:F]]).long()
     graph = graph.to(device) if graph.device != device else graph
     my_queries = sum(
         int(group_ptr[min((j + 1) * batch_size, len(group_keys))] - group_ptr[j * batch_size])
@@ -168,8 +164,9 @@ def rank_split(
                 q = order[group_ptr[g0] : group_ptr[g1]]
                 row = (group_of[q] - g0).to(device)
                 if protocol == "ogb":
-                    assert cand is not None
-                    out = _rank_ogb(scores, row, targets[q].to(device), cand[q].to(device))
+                    assert negatives is not None
+                    cand = _official(negatives, q, F).to(device)
+                    out = _rank_ogb(scores, row, targets[q].to(device), cand)
                 else:
                     assert index is not None
                     filt = index.mask(g_heads[g0:g1], g_rels[g0:g1], graph.num_nodes)
@@ -226,6 +223,16 @@ def _rank_filtered(
         equal = ((sc == ts) & neg).sum(1)
         out.append(torch.stack([greater, equal, neg.sum(1), torch.zeros_like(greater)], 1))
     return torch.cat(out)
+
+
+def _official(negatives: dict[str, Tensor], q: Tensor, F: int) -> Tensor:
+    """int64 [Q, K]: ``tail_neg`` rows of tail rankings (q < F), ``head_neg`` of head ones
+    (read row by row: the stored arrays stay memory-mapped)."""
+    tail = q < F
+    out = torch.empty(len(q), negatives["tail_neg"].shape[1], dtype=torch.long)
+    out[tail] = negatives["tail_neg"][q[tail]].long()
+    out[~tail] = negatives["head_neg"][q[~tail] - F].long()
+    return out
 
 
 def _rank_ogb(scores: Tensor, row: Tensor, target: Tensor, cand: Tensor) -> Tensor:
