@@ -224,3 +224,51 @@ def test_rank_table_parquet_columns(tmp_path):
     assert t.column("head").to_pylist()[:5] == facts[:5, 0].tolist()
     assert t.schema.metadata[b"ties"] == b"pessimistic"
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp file left
+
+
+def test_ogb_protocol_end_to_end_on_an_ogb_layout_fixture(tmp_path):
+    """OGB's on-disk layout -> Arrow dataset -> load_train_data: the stored official negatives
+    reach the ``ogb`` protocol aligned with their facts; a short typed-negative training run
+    validates with it and writes the test ranks."""
+    from _fixtures_storage import write_ogb_biokg
+
+    from cmpnn_dist.config import Config
+    from cmpnn_dist.convert import build_dataset
+    from cmpnn_dist.storage import open_dataset
+    from cmpnn_dist.training.data import load_train_data
+    from cmpnn_dist.training.loop import fit
+    from cmpnn_dist.training.validation import evaluate_split
+
+    expected = write_ogb_biokg(tmp_path / "ogb")
+    path = build_dataset("ogb:biokg", tmp_path / "ds", raw_path=tmp_path / "ogb", num_shards=2)
+    data = load_train_data(open_dataset(path))
+    split = data.test
+    assert torch.equal(
+        split.negatives["tail_neg"], torch.from_numpy(expected["test_neg"]["tail_neg"])
+    )
+    n, r = data.num_nodes, data.num_relations
+    cfg = Config()
+    cfg.eval.protocol = "ogb"
+    model = CMPNN(ModelConfig(num_layers=2, hidden_dim=8, decoder_hidden_dim=8), r)
+    out = evaluate_split(model, split, split.graph, cfg, r)
+    with torch.no_grad():
+        q = split.queries
+        tail = model(split.graph, q[:, 0], q[:, 1])
+        head = model(split.graph, q[:, 2], q[:, 1] + r)
+    rows = torch.arange(len(q))
+    pos = torch.cat([tail[rows, q[:, 2]], head[rows, q[:, 0]]])
+    neg = torch.cat(
+        [tail.gather(1, split.negatives["tail_neg"]), head.gather(1, split.negatives["head_neg"])]
+    )
+    ogb = Evaluator(name="ogbl-biokg").eval({"y_pred_pos": pos, "y_pred_neg": neg})
+    for key in ("mrr", "hits@1", "hits@3", "hits@10"):
+        assert out[key] == pytest.approx(float(ogb[f"{key}_list"].mean()), abs=1e-6), key
+    assert out["num_queries"] == 2 * len(q) and n == len(split.node_types)
+
+    cfg.model.num_layers, cfg.model.hidden_dim, cfg.model.decoder_hidden_dim = 2, 8, 8
+    cfg.train.batch_size, cfg.train.max_steps, cfg.train.progress = 4, 2, False
+    cfg.train.device, cfg.ops.impl = "cpu", "reference"
+    result = fit(cfg, data, run_dir=tmp_path / "run")
+    assert result.best_valid["protocol"] == "ogb" and result.test["ties"] == "average"
+    ranks = pq.read_table(tmp_path / "run" / "ranks_test_ogb.parquet")
+    assert ranks.num_rows == 2 * len(q) and set(ranks.column("candidates").to_pylist()) == {7}
