@@ -102,6 +102,21 @@ def dataset_path(cfg: Config) -> Path:
     return Path(cfg.storage_root).expanduser().resolve() / "datasets" / cfg.data.name
 
 
+_MISSING_DATA_HINTS = {
+    "ogb:biokg": (
+        "put OGB's ogbl_biokg folder there, so that {raw}/ogbl_biokg/split/random/train.pt "
+        "exists (unzip http://snap.stanford.edu/ogb/data/linkproppred/biokg.zip and rename its "
+        "biokg folder to ogbl_biokg; where there is network, ogb's loader downloads it: "
+        'python -c "from ogb.linkproppred import LinkPropPredDataset as D; '
+        "D('ogbl-biokg', root='{raw}')\"), or set data.raw_path=FOLDER"
+    ),
+    "hetionet": (
+        "put hetio's hetionet-v1.0-edges.sif.gz and hetionet-v1.0-nodes.tsv there "
+        "(https://github.com/hetio/hetionet, folder hetnet/tsv), or set data.raw_path=FOLDER"
+    ),
+}
+
+
 def ensure_dataset(cfg: Config, progress: bool = True) -> Path:
     """Return the dataset folder, (re)building it from ``cfg.data.source`` when needed.
 
@@ -141,9 +156,10 @@ def ensure_dataset(cfg: Config, progress: bool = True) -> Path:
         return path
     spec = todo.spec
     if spec.raw_path is not None and not Path(spec.raw_path).exists():
+        hint = _MISSING_DATA_HINTS.get(spec.source, "set data.raw_path=... or data_root=...")
         raise UsageError(
             f"data for {d.name!r} not found: {spec.raw_path} does not exist "
-            f"(source {spec.source}); set data.raw_path=... or data_root=..."
+            f"(source {spec.source}); " + hint.format(raw=spec.raw_path)
         )
     if todo.cached:
         print(f"rebuilding dataset {d.name}: {todo.reason}", file=sys.stderr)

@@ -36,6 +36,9 @@ Device = Literal["auto", "cpu", "cuda"]
 Precision = Literal["fp32", "bf16"]
 LrSchedule = Literal["constant", "cosine", "linear"]
 Split = Literal["valid", "test"]
+Negatives = Literal["typed", "uniform"]
+Protocol = Literal["all", "typed", "ogb"]
+Ties = Literal["pessimistic", "average"]
 Backend = Literal["auto", "gloo", "nccl"]
 
 
@@ -147,6 +150,9 @@ class TrainConfig:
     # v) | candidates (every edge between u and v or any sampled negative: NBFNet's and the
     # C-MPNN code's remove_one_hop); see Graph.query_edge_mask
     remove_query_edges: str = option("query", EdgeRemoval)
+    # typed | uniform: negatives from the node types of the relation's training tails (typed;
+    # the same as uniform where the graph has no node types) or from all nodes
+    negatives: str = option("typed", Negatives)
     seed: int = number(0, ge=0)
     deterministic: bool = False
     # auto | cpu | cuda; with Ray workers, cuda needs cluster.use_gpu=true (workers get the GPU)
@@ -164,6 +170,12 @@ class EvalConfig:
     # evaluate on at most this many queries of each split (None: all)
     max_queries: int | None = number(None, ge=1)
     num_negatives_hits: int = number(50, ge=1)  # hits@10_50 of the inductive protocol
+    # all (filtered, every entity) | typed (filtered, entities of the target's type) | ogb
+    # (OGB's official 500 negative heads / tails, metrics by ogb's Evaluator)
+    protocol: str = option("all", Protocol)
+    # pessimistic (a tied target ranks below its ties) | average (OGB: mean of the optimistic
+    # and pessimistic rank); protocol=ogb always uses average, as ogb's Evaluator does
+    ties: str = option("pessimistic", Ties)
     # which splits are ranked: "valid" after every epoch (it picks the best weights; without it
     # the last weights are kept), "test" once at the end
     splits: list[str] = option(["valid", "test"], Split, each=True)

@@ -2,8 +2,12 @@
 
 ``PATH`` is a checkpoint folder (``<run>/checkpoints/step_XXXXXXXX`` or
 ``<run>/checkpoints/best``), a run folder or its ``checkpoints`` folder (the newest valid
-checkpoint is used); in-process and Ray runs share this layout.  The model is rebuilt from
-the configuration stored in the checkpoint, merged with any overrides; the best weights (by
+checkpoint is used); in-process and Ray runs share this layout.  ``eval.protocol=all|typed|ogb``
+and ``eval.ties`` pick the protocol; ``cluster.num_workers=N`` spreads the ranking over N Ray
+workers (each ranks its share, rank 0 gathers).  Per-query ranks go to
+``<run>/ranks_<split>_<protocol>.parquet`` and the metrics to ``<run>/eval_<protocol>.json``.
+The model is rebuilt from the configuration stored in the checkpoint, merged with any
+overrides; the best weights (by
 validation MRR) are evaluated, or the checkpoint's current weights with ``weights=last``.
 A checkpoint whose weights do not fit the configured model is one error line.  The last
 stdout line is one JSON object with ``run_dir``, ``valid`` and ``test``, as for
@@ -67,46 +71,56 @@ def config_from_checkpoint(saved: dict[str, Any], overrides: list[str]) -> Confi
 def evaluate_checkpoint(path: Path, overrides: list[str], weights: str = "best") -> dict:
     import torch
 
-    from cmpnn_dist.model.build import build_model
     from cmpnn_dist.storage import open_dataset
     from cmpnn_dist.training.checkpoint import load_checkpoint
     from cmpnn_dist.training.data import load_train_data
-    from cmpnn_dist.training.validation import evaluate_split
+    from cmpnn_dist.training.validation import (
+        check_eval_options,
+        evaluate_splits,
+        model_from_state,
+    )
 
     ckpt = resolve_checkpoint(path)
     state = load_checkpoint(ckpt)
     cfg = config_from_checkpoint(state.get("config", {}), overrides)
-    data = load_train_data(open_dataset(ensure_dataset(cfg)))
-    model = build_model(cfg.model, cfg.ops, data.num_relations, data.num_nodes, data.inductive)
-    best = (state.get("best") or {}).get("state")
-    params = best if (weights == "best" and best is not None) else state["model"]
+    dataset = ensure_dataset(cfg)
+    data = load_train_data(open_dataset(dataset))
+    run_dir = run_dir_of(ckpt)
     try:
-        model.load_state_dict(params)
-    except RuntimeError as exc:
-        first = str(exc).strip().splitlines()
-        detail = "; ".join(line.strip() for line in first[1:4]) or first[0]
-        raise UsageError(
-            f"checkpoint {ckpt} does not fit the configured model "
-            f"(was it written with another model configuration?): {detail}"
-        ) from exc
-    device = torch.device(
-        "cuda" if torch.cuda.is_available() and cfg.train.device != "cpu" else "cpu"
-    )
-    model.to(device)
-    out: dict[str, Any] = {"run_dir": str(run_dir_of(ckpt)), "checkpoint": str(ckpt)}
-    for split_name in ("valid", "test"):
-        split = getattr(data, split_name)
-        if len(split.queries) == 0:
-            out[split_name] = {}
-            continue
-        graph = split.graph.to(device)
-        out[split_name] = evaluate_split(model, split, graph, cfg, data.num_relations)
+        check_eval_options(cfg, data)
+        model = model_from_state(cfg, state, data, weights)
+    except ValueError as exc:
+        raise UsageError(f"{ckpt}: {exc}") from exc
+    out: dict[str, Any] = {"run_dir": str(run_dir), "checkpoint": str(ckpt)}
+    if cfg.cluster.num_workers > 0:
+        from cmpnn_dist.distributed.evaluation import run_distributed_evaluation
+
+        del model, data
+        out.update(run_distributed_evaluation(cfg, ckpt, weights, dataset, run_dir))
+    else:
+        device = torch.device(
+            "cuda" if torch.cuda.is_available() and cfg.train.device != "cpu" else "cpu"
+        )
+        out.update(evaluate_splits(model, data, cfg, device, ranks_dir=run_dir))
+    protocol = out["test"].get("protocol") or out["valid"].get("protocol") or "all"
+    _write_json(run_dir / f"eval_{protocol}.json", out)
     print(
-        f"evaluated {ckpt}: valid mrr {out['valid'].get('mrr', float('nan')):.4f}, "
-        f"test mrr {out['test'].get('mrr', float('nan')):.4f}",
+        f"evaluated {ckpt} ({protocol} protocol, {cfg.eval.ties} ties): "
+        f"valid mrr {out['valid'].get('mrr', float('nan')):.4f}, "
+        f"test mrr {out['test'].get('mrr', float('nan')):.4f}; ranks in "
+        f"{run_dir}/ranks_<split>_{protocol}.parquet",
         file=sys.stderr,
     )
     return out
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    import json
+    import os
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=1))
+    os.replace(tmp, path)
 
 
 def _main(argv: list[str]) -> dict[str, Any]:

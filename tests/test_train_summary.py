@@ -21,8 +21,9 @@ def test_summary_table_rows_match_the_result():
 
 
 def test_first_lines_describe_data_and_model(tmp_path, capsys):
-    from cmpnn_dist.training.loop import fit
     from test_training import rule_kg, small_cfg
+
+    from cmpnn_dist.training.loop import fit
 
     data = rule_kg(32)
     cfg = small_cfg(epochs=1)

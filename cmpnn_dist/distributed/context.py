@@ -59,6 +59,21 @@ class PeerStoppedError(RuntimeError):
     """Rank 0 stopped on an error that cannot succeed on retry; this rank stops with it."""
 
 
+def all_gather_rows(t: Tensor, device: torch.device) -> Tensor:
+    """All-gather of tensors whose first dimension differs between ranks (pad to the largest,
+    gather on ``device``, cut each back); returns the concatenation on ``t``'s device."""
+    world = dist.get_world_size()
+    n = torch.tensor([t.shape[0]], dtype=torch.long, device=device)
+    sizes = [torch.zeros_like(n) for _ in range(world)]
+    dist.all_gather(sizes, n)
+    counts = [int(s.item()) for s in sizes]
+    padded = torch.zeros((max(counts), *t.shape[1:]), dtype=t.dtype, device=device)
+    padded[: t.shape[0]] = t.to(device)
+    parts = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(parts, padded)
+    return torch.cat([p[:c] for p, c in zip(parts, counts, strict=True)]).to(t.device)
+
+
 class RayTrainContext:
     """TrainContext of one Ray Train worker (DDP over the process group Ray set up).
 
@@ -142,6 +157,15 @@ class RayTrainContext:
         dist.all_reduce(out, op=dist.ReduceOp.SUM)
         self.timings["all_reduce_metrics"] += time.perf_counter() - start
         return out / self.world_size
+
+    def all_gather_rows(self, t: Tensor) -> Tensor:
+        """Every rank's rows ``t`` [n_k, ...] concatenated in rank order (sharded evaluation)."""
+        if not self._distributed():
+            return t
+        start = time.perf_counter()
+        out = all_gather_rows(t, self.device)
+        self.timings["all_gather_eval"] += time.perf_counter() - start
+        return out
 
     def _broadcast_object(self, obj: Any) -> Any:
         if not self._distributed():

@@ -1,8 +1,11 @@
 """Filtered ranks and ranking metrics (paper section 6.1; appendix on the inductive protocol).
 
-Tie policy: **pessimistic**.  A target tied with candidates ranks below all of them:
+Tie policies (``eval.ties``), with ``greater`` / ``equal`` the numbers of (non-filtered)
+candidates c != target with ``score[c] > score[target]`` / ``score[c] == score[target]``:
 
-    rank = 1 + #{ candidates c != target, not filtered, with score[c] >= score[target] }
+    pessimistic:  rank = 1 + greater + equal          (a tied target ranks below its ties)
+    average:      rank = 1 + greater + equal / 2      (OGB's Evaluator: the mean of the
+                                                        optimistic and pessimistic rank)
 
 Filtered candidates (``filter_mask`` True: other true answers of the same query) are
 excluded; the target itself is never counted, whatever its ``filter_mask`` entry says.
@@ -48,6 +51,22 @@ def filtered_rank(scores: Tensor, target: Tensor, filter_mask: Tensor) -> tuple[
 
 
 filtered_ranks = filtered_rank  # name used in docs/design.md
+
+TIES = ("pessimistic", "average")
+
+
+def tied_rank(greater: Tensor, equal: Tensor, ties: str = "pessimistic") -> Tensor:
+    """Rank from the counts of candidates scoring above / equal to the target.
+
+    Args:
+        greater, equal: int [Q] counts (see the module docstring).
+        ties: ``pessimistic`` (int64 ranks) or ``average`` (float64, halves possible).
+    """
+    if ties == "pessimistic":
+        return (1 + greater + equal).long()
+    if ties == "average":
+        return 1.0 + greater.double() + equal.double() / 2
+    raise ValueError(f"eval.ties={ties!r}: choose one of {list(TIES)}")
 
 
 def hits_at_k_with_negatives(

@@ -1,20 +1,40 @@
-"""Filtered link-prediction evaluation over all entities, both directions.
+"""Link-prediction evaluation, both directions, three protocols, grouped and sharded.
 
 Every query fact (h, r, t) is ranked twice: tail prediction (h, r) -> t and head prediction
-as tail prediction with the inverse relation (t, r + |R|) -> h.  The scores of all N
-entities come from one model forward pass per batch of queries; candidates that form another
-true fact (any fact in ``filter_triples``, in the same direction) are filtered; ties are
-pessimistic (see :mod:`cmpnn_dist.evaluation.metrics`).  Metrics are averaged over the 2F
-rankings.
+as tail prediction with the inverse relation (t, r + |R|) -> h.  Protocols (``eval.protocol``):
+
+* ``all``: filtered ranking over every entity: candidates that form another true fact (any
+  fact in ``filter_triples``, same direction) are removed;
+* ``typed``: as ``all``, restricted to the entities of the target's node type (the paper's
+  biomedical protocol);
+* ``ogb``: the target against OGB's official negatives of its fact (``tail_neg`` [F, K] for
+  tail prediction, ``head_neg`` for head prediction), unfiltered; MRR and Hits@1/3/10 come
+  from ``ogb.linkproppred.Evaluator("ogbl-biokg")`` (:mod:`cmpnn_dist.evaluation.ogb_eval`).
+
+Grouping: the 2F rankings are grouped by their (node, relation) query; one model forward pass
+row scores all N entities of a group and ranks every target of that group (each one's other
+true answers are filtered).  Groups are sorted by key and cut into batches of
+``batch_size`` groups; with ``world_size`` workers, batch j is scored by worker
+``j % world_size`` (each batch is the same forward pass as in a one-process run, so the ranks
+are identical), and ``gather`` concatenates the workers' rows.
+Ties: ``pessimistic`` or ``average`` (:func:`cmpnn_dist.evaluation.metrics.tied_rank`).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
-from cmpnn_dist.evaluation.metrics import filtered_rank, ranking_metrics
+from cmpnn_dist.evaluation.metrics import TIES, ranking_metrics, tied_rank
+from cmpnn_dist.evaluation.rank_table import RankTable
 from cmpnn_dist.graph import Graph
+
+PROTOCOLS = ("all", "typed", "ogb")
+_RANK_ELEMENTS = 1 << 24  # (queries x N) entries compared at once
 
 
 class AnswerIndex:
@@ -53,6 +73,196 @@ class AnswerIndex:
         return out
 
 
+def _check(protocol: str, ties: str, node_types: Tensor | None, negatives: Any) -> None:
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"eval.protocol={protocol!r}: choose one of {list(PROTOCOLS)}")
+    if ties not in TIES:
+        raise ValueError(f"eval.ties={ties!r}: choose one of {list(TIES)}")
+    if protocol == "typed" and node_types is None:
+        raise ValueError("eval.protocol=typed needs node types; this dataset has none")
+    if protocol == "ogb" and negatives is None:
+        raise ValueError(
+            "eval.protocol=ogb needs OGB's official negatives (head_neg / tail_neg); "
+            "this dataset has none (only ogb:biokg ships them)"
+        )
+
+
+def rank_split(
+    model: nn.Module,
+    graph: Graph,
+    queries: Tensor,
+    filter_triples: Tensor,
+    *,
+    num_relations: int,
+    protocol: str = "all",
+    ties: str = "pessimistic",
+    node_types: Tensor | None = None,
+    negatives: dict[str, Tensor] | None = None,
+    batch_size: int = 16,
+    device: torch.device | str | None = None,
+    progress: bool = False,
+    rank: int = 0,
+    world_size: int = 1,
+    gather: Callable[[Tensor], Tensor] | None = None,
+) -> RankTable:
+    """Rank both directions of ``queries`` [F, 3]; see the module docstring.
+
+    Args:
+        model: ``model(graph, heads [B], rels [B]) -> scores [B, N]``; called in eval mode under
+            ``torch.no_grad`` (its training flag is restored).
+        graph: the message graph.  queries: int64 [F, 3], r < |R|.
+        filter_triples: int64 [G, 3] every known fact (``all`` / ``typed`` filter).
+        node_types: int64 [N] (``typed``).  negatives: ``{"head_neg", "tail_neg"}`` int64
+            [F, K] aligned with ``queries`` (``ogb``).
+        batch_size: (node, relation) groups per forward pass.
+        rank, world_size, gather: this worker's index, the number of workers, and a function
+            concatenating a float64 [n, c] tensor over workers in rank order (needed when
+            ``world_size > 1``).
+
+    Returns:
+        :class:`RankTable` of the 2F rankings (rows 0..F-1 tail prediction, F..2F-1 head
+        prediction), identical on every worker.
+    """
+    _check(protocol, ties, node_types, negatives)
+    if world_size > 1 and gather is None:
+        raise ValueError("rank_split with world_size > 1 needs a gather function")
+    if device is None:
+        param = next(iter(model.parameters()), None)
+        device = param.device if param is not None else torch.device("cpu")
+    device = torch.device(device)
+    queries = queries.long().reshape(-1, 3).cpu()
+    F = queries.shape[0]
+    heads = torch.cat([queries[:, 0], queries[:, 2]])
+    rels = torch.cat([queries[:, 1], queries[:, 1] + num_relations])
+    targets = torch.cat([queries[:, 2], queries[:, 0]])
+    keys = heads * (2 * num_relations) + rels
+    group_keys, group_of = torch.unique(keys, return_inverse=True)
+    order = torch.argsort(group_of, stable=True)  # queries sorted by group
+    group_ptr = torch.zeros(len(group_keys) + 1, dtype=torch.long)
+    group_ptr[1:] = torch.bincount(group_of, minlength=len(group_keys)).cumsum(0)
+    g_heads, g_rels = group_keys // (2 * num_relations), group_keys % (2 * num_relations)
+    num_batches = (len(group_keys) + batch_size - 1) // batch_size
+    mine = list(range(rank, num_batches, world_size))
+    index = AnswerIndex(filter_triples, num_relations) if protocol != "ogb" else None
+    types = node_types.long().to(device) if protocol == "typed" else None
+    graph = graph.to(device) if graph.device != device else graph
+    my_queries = sum(
+        int(group_ptr[min((j + 1) * batch_size, len(group_keys))] - group_ptr[j * batch_size])
+        for j in mine
+    )
+    bar = _bar(progress, my_queries)
+    rows: list[Tensor] = []
+    was_training = model.training
+    model.eval()
+    started = time.perf_counter()
+    try:
+        with torch.no_grad():
+            for j in mine:
+                g0, g1 = j * batch_size, min((j + 1) * batch_size, len(group_keys))
+                scores = model(graph, g_heads[g0:g1].to(device), g_rels[g0:g1].to(device))
+                scores = scores.float()
+                q = order[group_ptr[g0] : group_ptr[g1]]
+                row = (group_of[q] - g0).to(device)
+                if protocol == "ogb":
+                    assert negatives is not None
+                    cand = _official(negatives, q, F).to(device)
+                    out = _rank_ogb(scores, row, targets[q].to(device), cand)
+                else:
+                    assert index is not None
+                    filt = index.mask(g_heads[g0:g1], g_rels[g0:g1], graph.num_nodes)
+                    out = _rank_filtered(scores, row, targets[q].to(device), filt.to(device), types)
+                rows.append(torch.cat([q.double().unsqueeze(1), out.double().cpu()], 1))
+                bar.update(len(q))
+    finally:
+        model.train(was_training)
+        bar.close()
+    width = 5 if protocol != "ogb" else 9
+    local = torch.cat(rows) if rows else torch.zeros(0, width, dtype=torch.float64)
+    table = gather(local) if world_size > 1 and gather is not None else local
+    table = table[torch.argsort(table[:, 0])]
+    if table.shape[0] != 2 * F or not torch.equal(table[:, 0].long(), torch.arange(2 * F)):
+        raise RuntimeError(f"evaluation gathered {table.shape[0]} rankings, expected {2 * F}")
+    greater, equal, num = table[:, 1].long(), table[:, 2].long(), table[:, 3].long()
+    used_ties = "average" if protocol == "ogb" else ties
+    result = RankTable(
+        heads=torch.cat([queries[:, 0], queries[:, 0]]),
+        relations=torch.cat([queries[:, 1], queries[:, 1]]),
+        tails=torch.cat([queries[:, 2], queries[:, 2]]),
+        head_direction=torch.arange(2 * F) >= F,
+        rank=tied_rank(greater, equal, used_ties),
+        candidates=num,
+        protocol=protocol,
+        ties=used_ties,
+        seconds=time.perf_counter() - started,
+    )
+    if protocol == "ogb":
+        result.ogb_lists = {
+            k: table[:, 5 + i].float() for i, k in enumerate(("mrr", "hits@1", "hits@3", "hits@10"))
+        }
+    return result
+
+
+def _rank_filtered(
+    scores: Tensor, row: Tensor, target: Tensor, filt: Tensor, types: Tensor | None
+) -> Tensor:
+    """[Q, 4] (greater, equal, candidates, 0) of each query against every non-filtered
+    entity (of the target's type when ``types`` is given); scores [b, N], row [Q] in [0, b)."""
+    n = scores.shape[1]
+    step = max(1, _RANK_ELEMENTS // max(n, 1))
+    out = []
+    for s in range(0, len(row), step):
+        r, t = row[s : s + step], target[s : s + step]
+        sc = scores[r]
+        ar = torch.arange(len(r), device=sc.device)
+        neg = ~filt[r]
+        neg[ar, t] = False
+        if types is not None:
+            neg &= types.unsqueeze(0) == types[t].unsqueeze(1)
+        ts = sc[ar, t].unsqueeze(1)
+        greater = ((sc > ts) & neg).sum(1)
+        equal = ((sc == ts) & neg).sum(1)
+        out.append(torch.stack([greater, equal, neg.sum(1), torch.zeros_like(greater)], 1))
+    return torch.cat(out)
+
+
+def _official(negatives: dict[str, Tensor], q: Tensor, F: int) -> Tensor:
+    """int64 [Q, K]: ``tail_neg`` rows of tail rankings (q < F), ``head_neg`` of head ones
+    (read row by row: the stored arrays stay memory-mapped)."""
+    tail = q < F
+    out = torch.empty(len(q), negatives["tail_neg"].shape[1], dtype=torch.long)
+    out[tail] = negatives["tail_neg"][q[tail]].long()
+    out[~tail] = negatives["head_neg"][q[~tail] - F].long()
+    return out
+
+
+def _rank_ogb(scores: Tensor, row: Tensor, target: Tensor, cand: Tensor) -> Tensor:
+    """[Q, 8] (greater, equal, K, 0, mrr, hits@1, hits@3, hits@10) against the official
+    negatives ``cand`` [Q, K]; the last four from ogb's Evaluator."""
+    from cmpnn_dist.evaluation.ogb_eval import ogb_lists
+
+    pos = scores[row, target]
+    neg = scores[row.unsqueeze(1), cand]
+    greater = (neg > pos.unsqueeze(1)).sum(1)
+    equal = (neg == pos.unsqueeze(1)).sum(1)
+    lists = ogb_lists(pos, neg)
+    k = torch.full_like(greater, cand.shape[1])
+    ints = torch.stack([greater, equal, k, torch.zeros_like(k)], 1).double()
+    return torch.cat([ints, torch.stack(lists, 1).double()], 1)
+
+
+def _bar(enabled: bool, total: int) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        total=total,
+        disable=not enabled,
+        desc="evaluate",
+        unit="query",
+        dynamic_ncols=True,
+        leave=False,
+    )
+
+
 def rank_queries(
     model: nn.Module,
     graph: Graph,
@@ -63,44 +273,45 @@ def rank_queries(
     batch_size: int = 16,
     device: torch.device | str | None = None,
     progress: bool = False,
+    **kwargs: Any,
 ) -> tuple[Tensor, Tensor]:
     """Filtered ranks of the queries, tail direction then head direction.
 
-    Returns: ``(ranks int64 [2F], num_candidates int64 [2F])``; rows ``0..F-1`` are tail
-    predictions of ``queries``, rows ``F..2F-1`` their head predictions.
+    Returns: ``(ranks [2F], num_candidates int64 [2F])``; rows ``0..F-1`` are tail
+    predictions of ``queries``, rows ``F..2F-1`` their head predictions (ranks int64 with
+    pessimistic ties, float64 with ``ties="average"``).  ``kwargs`` go to :func:`rank_split`.
     """
-    if device is None:
-        param = next(iter(model.parameters()), None)
-        device = param.device if param is not None else torch.device("cpu")
-    queries = queries.long().reshape(-1, 3).cpu()
-    index = AnswerIndex(filter_triples, num_relations)
-    heads = torch.cat([queries[:, 0], queries[:, 2]])
-    rels = torch.cat([queries[:, 1], queries[:, 1] + num_relations])
-    targets = torch.cat([queries[:, 2], queries[:, 0]])
-    graph = graph.to(device) if graph.device != torch.device(device) else graph
-    ranks, cands = [], []
-    starts = range(0, heads.numel(), batch_size)
-    if progress:
-        from tqdm.auto import tqdm
+    t = rank_split(
+        model,
+        graph,
+        queries,
+        filter_triples,
+        num_relations=num_relations,
+        batch_size=batch_size,
+        device=device,
+        progress=progress,
+        **kwargs,
+    )
+    return t.rank, t.candidates
 
-        starts = tqdm(starts, desc="evaluate", unit="batch", leave=False)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            for s in starts:
-                h, r, t = (
-                    heads[s : s + batch_size],
-                    rels[s : s + batch_size],
-                    targets[s : s + batch_size],
-                )
-                scores = model(graph, h.to(device), r.to(device)).float().cpu()
-                rank, num = filtered_rank(scores, t, index.mask(h, r, graph.num_nodes))
-                ranks.append(rank)
-                cands.append(num)
-    finally:
-        model.train(was_training)
-    return torch.cat(ranks), torch.cat(cands)
+
+def metrics_of(table: RankTable, num_negatives_hits: int = 50) -> dict[str, Any]:
+    """Mean metrics of a :class:`RankTable` plus ``num_queries``, ``protocol`` and ``ties``.
+
+    ``ogb``: MRR and Hits@1/3/10 are the means of ogb's Evaluator lists (``mr`` from our
+    ranks, which equal the Evaluator's); ``all`` / ``typed``: :func:`ranking_metrics`."""
+    if table.rank.numel() == 0:
+        raise ValueError("evaluate: no queries to rank")
+    if table.protocol == "ogb":
+        out: dict[str, Any] = {"mr": float(table.rank.double().mean())}
+        for k, v in table.ogb_lists.items():
+            out[k] = float(v.mean())
+    else:
+        out = ranking_metrics(table.rank, table.candidates, num_negatives_hits)
+    out["num_queries"] = int(table.rank.numel())
+    out["protocol"] = table.protocol
+    out["ties"] = table.ties
+    return out
 
 
 def evaluate(
@@ -115,30 +326,30 @@ def evaluate(
     progress: bool = False,
     max_queries: int | None = None,
     num_negatives_hits: int = 50,
-) -> dict[str, float]:
-    """Filtered ranking metrics of ``queries`` [F, 3] on ``graph``, both directions.
+    ranks_path: Any = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """Ranking metrics of ``queries`` [F, 3] on ``graph``, both directions.
 
     Args:
-        model: called as ``model(graph, heads [B], rels [B]) -> scores [B, N]``; run in eval
-            mode under ``torch.no_grad`` (its training flag is restored afterwards).
-        graph: the message graph the queries are answered on.
-        queries: int64 [F, 3] facts (h, r, t), r < |R|.
-        filter_triples: int64 [G, 3] every known true fact (train + valid + test of this graph).
-        num_relations: |R|.
-        batch_size: queries per forward pass.
-        device: where the model runs (default: the device of its parameters).
-        progress: show a tqdm progress bar.
         max_queries: use only the first ``max_queries`` facts (None: all).
+        ranks_path: write the per-query :class:`RankTable` there as Parquet (None: don't).
+        kwargs: ``protocol``, ``ties``, ``node_types``, ``negatives``, ``rank``,
+            ``world_size``, ``gather`` of :func:`rank_split`.
 
-    Returns: ``{"mr", "mrr", "hits@1", "hits@3", "hits@10", "hits@10_50", "num_queries"}``;
-    ``num_queries`` is the number of rankings (2 per fact).
+    Returns: ``{"mr", "mrr", "hits@1", "hits@3", "hits@10", "hits@10_50" (not for ``ogb``),
+    "num_queries", "protocol", "ties"}``; ``num_queries`` is the number of rankings (2 per
+    fact).
     """
     queries = queries.long().reshape(-1, 3)
+    negatives = kwargs.get("negatives")
     if max_queries is not None:
         queries = queries[:max_queries]
+        if negatives is not None:
+            kwargs["negatives"] = {k: v[:max_queries] for k, v in negatives.items()}
     if queries.shape[0] == 0:
         raise ValueError("evaluate: no queries to rank")
-    ranks, cands = rank_queries(
+    table = rank_split(
         model,
         graph,
         queries,
@@ -147,7 +358,8 @@ def evaluate(
         batch_size=batch_size,
         device=device,
         progress=progress,
+        **kwargs,
     )
-    out: dict[str, float] = ranking_metrics(ranks, cands, num_negatives_hits)
-    out["num_queries"] = int(ranks.numel())
-    return out
+    if ranks_path is not None:
+        table.write_parquet(ranks_path)
+    return metrics_of(table, num_negatives_hits)

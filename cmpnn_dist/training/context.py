@@ -17,6 +17,8 @@
   history, so persisted logs can drop rows newer than ``step`` (work lost by the failure).
 * ``all_reduce_mean`` averages a tensor over ranks (identity on one process); gradients are
   averaged by the wrapper that ``wrap_model`` returns (DDP), not by fit.
+* ``all_gather_rows(t [n_k, c])`` (optional; evaluation looks it up when ``world_size > 1``)
+  concatenates every rank's rows in rank order, ``n_k`` may differ between ranks.
 """
 
 from __future__ import annotations
@@ -141,6 +143,10 @@ class LocalContext:
         return model
 
     def all_reduce_mean(self, t: Tensor) -> Tensor:
+        return t
+
+    def all_gather_rows(self, t: Tensor) -> Tensor:
+        """Rows of every rank concatenated in rank order (one process: ``t`` itself)."""
         return t
 
     def checkpoint_path(self, step: int) -> Path:

@@ -26,12 +26,16 @@ from cmpnn_dist.graph import Graph
 @dataclass
 class SplitData:
     """One split: message-passing graph, queries int64 [F, 3], filter facts int64 [G, 3];
+    ``node_types`` int64 [N] of the graph's nodes (None: untyped), ``negatives`` OGB's
+    official ``{"head_neg", "tail_neg"}`` int64 [F, K] of the queries (None: not shipped) and
     ``labeled_negatives`` int64 [Q, 3]: false facts the dataset declares for this split
     (TRI-SQR's counterpart pairs), scored with the queries for ``accuracy``; None: none."""
 
     graph: Graph
     queries: Tensor
     filter_triples: Tensor
+    node_types: Tensor | None = None
+    negatives: dict[str, Tensor] | None = None
     labeled_negatives: Tensor | None = None
 
 
@@ -67,15 +71,19 @@ def load_train_data(ds: Any) -> TrainData:
     g_train = ds.graph_data("train")
     graph = g_train.graph()
     train_facts = _facts(g_train, "train")
-    train = SplitData(graph, train_facts, train_facts)
+    types = g_train.node_types
+    train = SplitData(graph, train_facts, train_facts, types)
+    negs = getattr(ds, "negatives", lambda split: None)
     if ds.inductive:
         g_test = ds.graph_data("test")
-        valid = SplitData(graph, _facts(g_train, "valid"), _all_facts(g_train))
-        test = SplitData(g_test.graph(), _facts(g_test, "test"), _all_facts(g_test))
+        valid = SplitData(graph, _facts(g_train, "valid"), _all_facts(g_train), types)
+        test = SplitData(
+            g_test.graph(), _facts(g_test, "test"), _all_facts(g_test), g_test.node_types
+        )
     else:
         filt = _all_facts(g_train)
-        valid = SplitData(graph, _facts(g_train, "valid"), filt)
-        test = SplitData(graph, _facts(g_train, "test"), filt)
+        valid = SplitData(graph, _facts(g_train, "valid"), filt, types, negs("valid"))
+        test = SplitData(graph, _facts(g_train, "test"), filt, types, negs("test"))
     for name, split in (("valid", valid), ("test", test)):
         declared = ds.source.get("labeled_negatives", {}).get(name)
         if declared is not None:

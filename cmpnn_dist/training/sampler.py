@@ -7,9 +7,17 @@ private ``numpy.random.Generator`` seeded with ``(seed, e)``:
 2. one coin per fact: with probability 1/2 the fact ``(h, r, t)`` becomes the head-prediction
    query ``(t, r + |R|, h)`` (head prediction is tail prediction with the inverse relation);
 3. for each global batch in order, ``k`` strict negatives per query: tails ``v'`` drawn
-   uniformly from ``[0, N)`` and redrawn (vectorised rejection sampling) while ``(h, r, v')``
-   is a true fact of ``filter_triples`` (or of the training facts); queries whose true tails
-   cover almost every node fall back to sampling from the explicit complement.
+   uniformly from the query relation's candidate pool and redrawn (vectorised rejection
+   sampling) while ``(h, r, v')`` is a true fact of ``filter_triples`` (or of the training
+   facts); queries whose true tails cover almost every candidate fall back to sampling from
+   the explicit complement.
+
+Candidate pools (``negatives``): ``uniform`` draws from all N nodes; ``typed`` (with node
+types) draws from the nodes whose type is one of the types that relation r's tails have in
+the training facts (for an inverse relation r + |R|: the types of r's heads), so a negative
+never crosses types.  The relation -> type-set table is computed once, at construction; a
+relation without training facts keeps the whole node set.  Without node types ``typed`` is
+``uniform`` (one type), with the same random stream.
 
 Every rank computes the *whole* global batch (queries and negatives, cheap: B x k integers)
 and keeps the contiguous rows ``[rank * b, (rank + 1) * b)`` with ``b = B / world_size``.  So the
@@ -36,6 +44,7 @@ from torch import Tensor
 
 STATE_VERSION = 1
 _MAX_REJECTION_ROUNDS = 16
+NEGATIVE_MODES = ("typed", "uniform")
 
 
 @dataclass
@@ -66,6 +75,15 @@ def _as_numpy(x: Tensor | np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(x, dtype=np.int64).reshape(-1, 3))
 
 
+def _as_numpy_1d(x: Tensor | np.ndarray | None, n: int) -> np.ndarray:
+    if isinstance(x, Tensor):
+        x = x.detach().cpu().numpy()
+    out = np.ascontiguousarray(np.asarray(x, dtype=np.int64).reshape(-1))
+    if len(out) != n or (n and out.min() < 0):
+        raise ValueError(f"node_types must be {n} non-negative type ids, got shape {out.shape}")
+    return out
+
+
 class QuerySampler:
     """Deterministic sharded sampler of (query, negatives) batches; see the module docstring.
 
@@ -79,6 +97,9 @@ class QuerySampler:
         rank, world_size: this worker takes rows ``[rank*b, (rank+1)*b)``, ``b = B/world_size``.
         filter_triples: int64 [G, 3] facts that are never negatives (their inverses are
             excluded for head prediction); the training facts are always included.
+        node_types: int64 [N] type id of every node, or None (untyped graph).
+        negatives: ``"typed"`` (default; needs ``node_types``, else it is uniform) or
+            ``"uniform"``; see the module docstring.
     """
 
     def __init__(
@@ -92,8 +113,13 @@ class QuerySampler:
         rank: int = 0,
         world_size: int = 1,
         filter_triples: Tensor | np.ndarray | None = None,
+        node_types: Tensor | np.ndarray | None = None,
+        negatives: str = "typed",
     ) -> None:
         self._facts = _as_numpy(triples)
+        if negatives not in NEGATIVE_MODES:
+            raise ValueError(f"train.negatives={negatives!r}: choose one of {NEGATIVE_MODES}")
+        self.negatives = "typed" if negatives == "typed" and node_types is not None else "uniform"
         self.num_nodes = int(num_nodes)
         self.num_relations = int(num_relations)
         self.global_batch_size = int(global_batch_size)
@@ -122,7 +148,45 @@ class QuerySampler:
             raise ValueError(f"graph too large for int64 fact keys: {n} nodes x {r2} relations")
         self.local_batch_size = self.global_batch_size // self.world_size
         self._keys = self._build_filter_keys(filter_triples)
+        self._pool_of: np.ndarray | None = None  # [2|R|] pool id of each relation
+        if self.negatives == "typed":
+            self._build_typed_pools(_as_numpy_1d(node_types, self.num_nodes))
         self.set_epoch(0)
+
+    # ------------------------------------------------------------------ typed pools
+    def _build_typed_pools(self, types: np.ndarray) -> None:
+        """Per relation (both directions) the sorted nodes of its training tails' types.
+
+        Relations with the same type set share one pool: ``_pool_of [2|R|]`` -> pool id,
+        ``_pool_nodes`` the concatenated pools, ``_pool_start`` / ``_pool_size`` [P]."""
+        f, R = self._facts, self.num_relations
+        num_types = int(types.max()) + 1 if len(types) else 1
+        seen = np.zeros((2 * R, num_types), dtype=bool)
+        seen[f[:, 1], types[f[:, 2]]] = True
+        seen[f[:, 1] + R, types[f[:, 0]]] = True
+        seen[~seen.any(axis=1)] = True  # no training facts: every node is a candidate
+        self.relation_tail_types = seen  # bool [2|R|, T], the table the pools come from
+        sets, self._pool_of = np.unique(seen, axis=0, return_inverse=True)
+        self._pool_of = self._pool_of.reshape(-1)
+        pools = [np.flatnonzero(row[types]) for row in sets]
+        self._pool_size = np.array([len(p) for p in pools], dtype=np.int64)
+        self._pool_start = np.concatenate([[0], np.cumsum(self._pool_size)[:-1]]).astype(np.int64)
+        self._pool_nodes = np.concatenate(pools).astype(np.int64)
+
+    def candidates(self, r: int) -> np.ndarray:
+        """int64: the nodes negatives of relation ``r`` (in ``[0, 2|R|)``) are drawn from."""
+        if self._pool_of is None:
+            return np.arange(self.num_nodes, dtype=np.int64)
+        p = self._pool_of[r]
+        return self._pool_nodes[self._pool_start[p] : self._pool_start[p] + self._pool_size[p]]
+
+    def _draw(self, r: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        """Uniform draws from each relation's pool; ``r`` broadcasts against ``shape``."""
+        if self._pool_of is None:
+            return self._rng.integers(0, self.num_nodes, size=shape, dtype=np.int64)
+        p = np.broadcast_to(self._pool_of[r], shape)
+        u = self._rng.integers(0, self._pool_size[p], size=shape, dtype=np.int64)
+        return self._pool_nodes[self._pool_start[p] + u]
 
     # ------------------------------------------------------------------ filter
     def _key(self, h: np.ndarray, r: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -213,21 +277,21 @@ class QuerySampler:
         """int64 [B, k]: tails v' with (h, r, v') not a true fact, drawn from ``self._rng``."""
         rng, n, k = self._rng, self.num_nodes, self.num_negatives
         base = self._key(h, r, np.zeros_like(h))[:, None]  # [B, 1]
-        neg = rng.integers(0, n, size=(len(h), k), dtype=np.int64)
+        neg = self._draw(r[:, None], (len(h), k))
         for _ in range(_MAX_REJECTION_ROUNDS):
             bad = self._is_true(base + neg)
             if not bad.any():
                 return neg
-            neg[bad] = rng.integers(0, n, size=int(bad.sum()), dtype=np.int64)
+            neg[bad] = self._draw(np.broadcast_to(r[:, None], neg.shape)[bad], (int(bad.sum()),))
         bad = self._is_true(base + neg)
         for row in np.flatnonzero(bad.any(axis=1)):  # rare: dense queries only
             lo = np.searchsorted(self._keys, base[row, 0])
             hi = np.searchsorted(self._keys, base[row, 0] + n)
-            allowed = np.setdiff1d(np.arange(n), self._keys[lo:hi] - base[row, 0])
+            allowed = np.setdiff1d(self.candidates(int(r[row])), self._keys[lo:hi] - base[row, 0])
             if len(allowed) == 0:
                 raise ValueError(
-                    f"query (h={h[row]}, r={r[row]}) has every node as a true tail; "
-                    "no strict negative exists"
+                    f"query (h={h[row]}, r={r[row]}) has every {self.negatives} candidate as a "
+                    "true tail; no strict negative exists"
                 )
             cols = np.flatnonzero(bad[row])
             neg[row, cols] = allowed[rng.integers(0, len(allowed), size=len(cols))]
@@ -242,6 +306,7 @@ class QuerySampler:
             "num_facts": len(self._facts),
             "global_batch_size": self.global_batch_size,
             "num_negatives": self.num_negatives,
+            "negatives": self.negatives,
             "epoch": self._epoch,
             "position": self._pos,
             "rng": self._rng.bit_generator.state,
@@ -255,11 +320,11 @@ class QuerySampler:
             ("num_facts", len(self._facts)),
             ("global_batch_size", self.global_batch_size),
             ("num_negatives", self.num_negatives),
+            ("negatives", self.negatives),
         ):
-            if state.get(key) != mine:
-                raise ValueError(
-                    f"sampler state has {key}={state.get(key)!r} but this sampler has {mine!r}"
-                )
+            have = state.get(key, "uniform" if key == "negatives" else None)  # older states
+            if have != mine:
+                raise ValueError(f"sampler state has {key}={have!r} but this sampler has {mine!r}")
         self.set_epoch(int(state["epoch"]))
         self._pos = int(state["position"])
         self._rng.bit_generator.state = state["rng"]

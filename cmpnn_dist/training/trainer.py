@@ -26,7 +26,7 @@ from .context import TrainContext
 from .data import TrainData
 from .rng import capture_rng_state, restore_rng_state
 from .sampler import QuerySampler
-from .validation import evaluate_split
+from .validation import check_eval_options, evaluate_split
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +62,7 @@ class Trainer:
 
         self.cfg, self.data, self.ctx, self.on_step = cfg, data, ctx, on_step
         tc = cfg.train
+        check_eval_options(cfg, data)
         self.device = torch.device(ctx.device)
         self.model = build_model(
             cfg.model, cfg.ops, data.num_relations, data.num_nodes, data.inductive
@@ -78,6 +79,8 @@ class Trainer:
             rank=ctx.rank,
             world_size=ctx.world_size,
             filter_triples=data.train.filter_triples,
+            node_types=data.train.node_types,
+            negatives=str(getattr(tc.negatives, "value", tc.negatives)),
         )
         self.total_steps = self.sampler.steps_per_epoch * tc.epochs
         if tc.max_steps is not None:
@@ -208,7 +211,12 @@ class Trainer:
         valid = self.data.valid
         if len(valid.queries) and "valid" in self.cfg.eval.splits:
             metrics = evaluate_split(
-                self.model, valid, self.graph(valid.graph), self.cfg, self.data.num_relations
+                self.model,
+                valid,
+                self.graph(valid.graph),
+                self.cfg,
+                self.data.num_relations,
+                ctx=self.ctx,
             )
         else:
             metrics = {}
@@ -304,7 +312,14 @@ class Trainer:
         if "test" in self.cfg.eval.splits and len(self.data.test.queries):
             split = self.data.test
             test = evaluate_split(
-                self.model, split, self.graph(split.graph), self.cfg, self.data.num_relations
+                self.model,
+                split,
+                self.graph(split.graph),
+                self.cfg,
+                self.data.num_relations,
+                ctx=self.ctx,
+                ranks_dir=_ranks_dir(self.ctx),
+                split_name="test",
             )
             row = {"kind": "test", "step": self.step, "epoch": self.sampler.epoch}
             row.update({f"test_{k}": v for k, v in test.items()})
@@ -327,6 +342,12 @@ def _say(line: str) -> None:
     from tqdm.auto import tqdm
 
     tqdm.write(line, file=sys.stderr)
+
+
+def _ranks_dir(ctx: TrainContext) -> Path | None:
+    """The run folder (per-query ranks go there) on the main rank, when it is local."""
+    run_dir = getattr(ctx, "run_dir", None)
+    return Path(run_dir) if ctx.is_main and run_dir else None
 
 
 def _progress(enabled: bool, total: int, initial: int) -> Any:

@@ -1,0 +1,121 @@
+"""``run_distributed_evaluation``: rank a checkpoint's valid / test splits on Ray workers.
+
+Each of ``cluster.num_workers`` Ray Train workers (gloo on CPU, nccl on GPU) loads the
+checkpoint and the dataset, scores every ``world_size``-th batch of (node, relation) groups
+and all-gathers the ranks (:func:`cmpnn_dist.evaluation.rank_split`), so every worker holds
+the same full result, equal rank for rank to a one-process run.  Rank 0 writes the per-query
+Parquet tables into the run folder and a JSON summary the driver reads back.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import ray.train
+import torch
+
+from .context import all_gather_rows
+
+SUMMARY = "eval_summary.json"
+
+
+class EvalContext:
+    """Rank, world size and row all-gather of one Ray Train worker (evaluation only)."""
+
+    def __init__(self, device: torch.device) -> None:
+        tc = ray.train.get_context()
+        self.rank, self.world_size, self.device = tc.get_world_rank(), tc.get_world_size(), device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def all_gather_rows(self, t: torch.Tensor) -> torch.Tensor:
+        return all_gather_rows(t, self.device) if self.world_size > 1 else t
+
+
+def eval_worker(config: dict[str, Any]) -> None:
+    """Ray Train's ``train_loop_per_worker`` for evaluation."""
+    from cmpnn_dist.storage import open_dataset
+    from cmpnn_dist.training.checkpoint import load_checkpoint
+    from cmpnn_dist.training.data import load_train_data
+    from cmpnn_dist.training.validation import evaluate_splits, model_from_state
+
+    cfg = config["cfg"]
+    if cfg.cluster.use_gpu:
+        from ray.train.torch import get_device
+
+        device = get_device()
+    else:
+        device = torch.device("cpu")
+        torch.set_num_threads(max(1, int(cfg.cluster.cpus_per_worker)))
+    ctx = EvalContext(device)
+    state = load_checkpoint(Path(config["checkpoint"]))
+    data = load_train_data(open_dataset(config["dataset"]))
+    model = model_from_state(cfg, state, data, config["weights"])
+    out = evaluate_splits(model, data, cfg, device, ctx=ctx, ranks_dir=Path(config["run_dir"]))
+    if ctx.is_main:
+        path = Path(config["summary"])
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps({**out, "world_size": ctx.world_size}))
+        os.replace(tmp, path)
+
+
+def run_distributed_evaluation(
+    cfg: Any, checkpoint: Path, weights: str, dataset: Path, run_dir: Path
+) -> dict[str, Any]:
+    """Evaluate ``checkpoint`` on ``cluster.num_workers`` Ray workers; returns
+    ``{"valid": metrics, "test": metrics, "world_size": n}`` (local paths only)."""
+    import ray
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    from .driver import DistributedTrainingError, _init_ray, _worker_env, backend_for
+
+    cl = cfg.cluster
+    scratch = Path(tempfile.mkdtemp(prefix="cmpnn-eval-"))
+    resources = {"CPU": float(cl.cpus_per_worker)}
+    if cl.use_gpu:
+        resources["GPU"] = float(cl.gpus_per_worker)
+    started = _init_ray(cfg)
+    try:
+        trainer = TorchTrainer(
+            eval_worker,
+            train_loop_config={
+                "cfg": cfg,
+                "checkpoint": str(Path(checkpoint).resolve()),
+                "weights": weights,
+                "dataset": str(Path(dataset).resolve()),
+                "run_dir": str(Path(run_dir).resolve()),
+                "summary": str(scratch / SUMMARY),
+            },
+            torch_config=TorchConfig(
+                backend=backend_for(cfg), timeout_s=max(1, math.ceil(cl.collective_timeout_s))
+            ),
+            scaling_config=ScalingConfig(
+                num_workers=cl.num_workers, use_gpu=cl.use_gpu, resources_per_worker=resources
+            ),
+            run_config=RunConfig(
+                name="evaluate",
+                storage_path=str(scratch / "ray"),
+                worker_runtime_env={"env_vars": _worker_env()},
+            ),
+        )
+        try:
+            trainer.fit()
+        except ray.train.TrainingFailedError as e:
+            raise DistributedTrainingError(f"distributed evaluation failed: {e}") from e
+        summary = scratch / SUMMARY
+        if not summary.is_file():
+            raise DistributedTrainingError("evaluation finished but rank 0 left no summary")
+        return json.loads(summary.read_text())
+    finally:
+        if started:
+            ray.shutdown()
+        shutil.rmtree(scratch, ignore_errors=True)
