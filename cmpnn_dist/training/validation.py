@@ -96,8 +96,9 @@ def _choice(section: Any, key: str, default: str) -> str:
 
 def check_eval_options(cfg: Any, data: Any) -> None:
     """Raise ConfigError (a ValueError; one ``error:`` line in the CLIs) naming the key when
-    ``eval.protocol`` / ``eval.ties`` / ``train.negatives`` is unknown or the data cannot serve it (``typed`` without node
-    types, ``ogb`` without OGB's official negatives); called before any work starts."""
+    ``eval.protocol`` / ``eval.ties`` / ``train.negatives`` is unknown or the data cannot serve
+    it (``typed`` without node types, ``ogb`` without OGB's official negatives); called before
+    any work starts."""
     from cmpnn_dist.config import ConfigError
     from cmpnn_dist.evaluation.metrics import TIES
     from cmpnn_dist.evaluation.ranking import PROTOCOLS
