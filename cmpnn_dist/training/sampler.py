@@ -42,6 +42,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from cmpnn_dist.arrays import sorted_unique
+
 STATE_VERSION = 1
 _MAX_REJECTION_ROUNDS = 16
 NEGATIVE_MODES = ("typed", "uniform")
@@ -202,7 +204,7 @@ class QuerySampler:
         if len(facts) and (min(h.min(), t.min()) < 0 or max(h.max(), t.max()) >= self.num_nodes):
             raise ValueError(f"entity ids must lie in [0, {self.num_nodes})")
         keys = np.concatenate([self._key(h, r, t), self._key(t, r + self.num_relations, h)])
-        return np.unique(keys)
+        return sorted_unique(keys)
 
     def _is_true(self, keys: np.ndarray) -> np.ndarray:
         pos = np.searchsorted(self._keys, keys)
