@@ -36,10 +36,10 @@ def train(cfg: Config, argv: Sequence[str] = ()) -> dict[str, Any]:
     # one absolute storage root, resolved here (never in a Ray worker's temporary working dir)
     cfg.storage_root = rf.resolve_storage_root(cfg.storage_root)
     rf.check_storage_root(cfg.storage_root)
+    path = ensure_dataset(cfg)  # missing data is one error line, before any run is announced
     run = rf.run_folder(cfg.storage_root, cfg.run_name)
     for line in rf.banner(run, cfg.storage_root, argv, cfg.run_name):
         print(line, file=sys.stderr, flush=True)
-    path = ensure_dataset(cfg)
     if cfg.cluster.num_workers > 0:
         from cmpnn_dist.distributed import run_distributed
 
@@ -71,22 +71,26 @@ def summarize(result: Any) -> dict[str, Any]:
 
 
 def summary_table(out: dict[str, Any]) -> str:
-    """The end-of-run table a person reads: each metric's best-valid and test value."""
+    """The end-of-run table a person reads: each metric's best-valid and test value, then the
+    ranking counts and the protocol / tie rule they were computed under."""
     splits = [s for s in ("valid", "test") if out.get(s)]
-    keys = [
-        k
-        for k in ("mrr", "hits@1", "hits@3", "hits@10", "hits@10_50", "mr")
-        if any(k in out[s] for s in splits)
-    ]
-    keys += sorted({k for s in splits for k in out[s]} - set(keys) - {"num_queries"})
+    numeric = {s: {k: v for k, v in out[s].items() if isinstance(v, int | float)} for s in splits}
+    first = ("mrr", "hits@1", "hits@3", "hits@10", "hits@10_50", "mr")
+    keys = [k for k in first if any(k in numeric[s] for s in splits)]
+    counts = {"num_queries", "num_pairs"}
+    keys += sorted({k for s in splits for k in numeric[s]} - set(keys) - counts)
     lines = [f"done: {out['run_dir']}"]
     if splits:
         lines.append(f"  {'metric':<12}" + "".join(f"{s:>10}" for s in splits))
         for k in keys:
-            cells = "".join(f"{out[s][k]:>10.4f}" if k in out[s] else f"{'-':>10}" for s in splits)
+            cells = "".join(
+                f"{numeric[s][k]:>10.4f}" if k in numeric[s] else f"{'-':>10}" for s in splits
+            )
             lines.append(f"  {k:<12}{cells}")
-        queries = [f"{s} {int(out[s].get('num_queries', 0))}" for s in splits]
-        lines.append(f"  rankings: {', '.join(queries)} (both directions)")
+        queries = [f"{s} {int(numeric[s].get('num_queries', 0))}" for s in splits]
+        how = {f"{k} {out[s][k]}" for s in splits for k in ("protocol", "ties") if k in out[s]}
+        extra = f"; {', '.join(sorted(how))}" if how else ""
+        lines.append(f"  rankings: {', '.join(queries)} (both directions{extra})")
     return "\n".join(lines)
 
 

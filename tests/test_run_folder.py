@@ -237,6 +237,9 @@ def test_cli_first_lines_and_evaluate_on_both_checkpoint_paths(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "runs" / "r"
     lines = proc.stderr.splitlines()
+    # the dataset is built (or checked) first: missing data fails before a run is announced
+    assert lines[0].startswith("building dataset tiny from synthetic:rule_kg")
+    lines = lines[1:]
     assert lines[0] == f"run folder: {run}  (storage_root {tmp_path}, from storage_root=)"
     assert lines[1].startswith("resume with: python -m cmpnn_dist.train storage_root=")
     assert lines[1].endswith(" run_name=r")

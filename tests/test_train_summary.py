@@ -9,14 +9,23 @@ def test_summary_table_rows_match_the_result():
     out = {
         "run_dir": "runs/x",
         "valid": {"mrr": 0.51234, "hits@10": 0.9, "num_queries": 448.0},
-        "test": {"mrr": 0.6, "hits@10": 0.91, "accuracy": 0.8, "num_queries": 400.0},
+        "test": {
+            "mrr": 0.6,
+            "hits@10": 0.91,
+            "accuracy": 0.8,
+            "num_queries": 400.0,
+            "protocol": "typed",
+            "ties": "average",
+        },
     }
     lines = summary_table(out).splitlines()
     assert lines[0] == "done: runs/x"
     rows = {line.split()[0]: line.split()[1:] for line in lines[2:-1]}
     assert rows == {"mrr": ["0.5123", "0.6000"], "hits@10": ["0.9000", "0.9100"],
                     "accuracy": ["-", "0.8000"]}  # fmt: skip
-    assert lines[-1] == "  rankings: valid 448, test 400 (both directions)"
+    assert lines[-1] == (
+        "  rankings: valid 448, test 400 (both directions; protocol typed, ties average)"
+    )
     assert summary_table({"run_dir": "r", "valid": {}, "test": {}}) == "done: r"
 
 
