@@ -3,7 +3,6 @@ over labeled query pairs (TRI-SQR)."""
 
 from cmpnn_dist.evaluation.metrics import (
     filtered_rank,
-    filtered_ranks,
     hits_at_k_with_negatives,
     ranking_metrics,
     tied_rank,
@@ -28,7 +27,6 @@ __all__ = [
     "tied_rank",
     "evaluate",
     "filtered_rank",
-    "filtered_ranks",
     "hits_at_k_with_negatives",
     "pair_accuracy",
     "rank_queries",

@@ -50,7 +50,6 @@ def filtered_rank(scores: Tensor, target: Tensor, filter_mask: Tensor) -> tuple[
     return rank.long(), negative.sum(1).long()
 
 
-filtered_ranks = filtered_rank  # name used in docs/design.md
 
 TIES = ("pessimistic", "average")
 

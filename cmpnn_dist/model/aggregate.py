@@ -18,7 +18,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-AGGREGATE_KINDS = ("sum", "mean", "max", "pna")
+from cmpnn_dist.config import Aggregate, choices
+
+AGGREGATE_KINDS = choices(Aggregate)  # the one list: cmpnn_dist.config
 _NEEDS = {
     "sum": ("sum",),
     "mean": ("sum",),

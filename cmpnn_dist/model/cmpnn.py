@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from cmpnn_dist.config import ModelConfig, OpsConfig
+from cmpnn_dist.config import History, ModelConfig, OpsConfig, choices
 from cmpnn_dist.graph import Graph
 from cmpnn_dist.model import messages
 from cmpnn_dist.model.aggregate import AGGREGATE_KINDS
@@ -25,7 +25,7 @@ from cmpnn_dist.model.init import INIT_KINDS, initial_states
 from cmpnn_dist.model.layer import CMPNNLayer
 from cmpnn_dist.model.readout import READOUT_KINDS, relation_node_sets
 
-HISTORY_KINDS = ("t", "0")
+HISTORY_KINDS = choices(History)  # the one list: cmpnn_dist.config
 
 
 def check_model_config(cfg: ModelConfig) -> None:
@@ -36,9 +36,9 @@ def check_model_config(cfg: ModelConfig) -> None:
         ("history", str(cfg.history), HISTORY_KINDS),
         ("readout", cfg.readout, READOUT_KINDS),
     ]
-    for key, value, choices in checks:
-        if value not in choices:
-            raise ValueError(f"model.{key}={value!r} is not one of {list(choices)}")
+    for key, value, allowed in checks:
+        if value not in allowed:
+            raise ValueError(f"model.{key}={value!r} is not one of {list(allowed)}")
     for key in ("num_layers", "hidden_dim", "decoder_hidden_dim"):
         value = getattr(cfg, key)
         if not isinstance(value, int) or value < (0 if key == "num_layers" else 1):

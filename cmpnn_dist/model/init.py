@@ -16,7 +16,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-INIT_KINDS = (0, 1, 2, 3)
+from cmpnn_dist.config import Init, choices
+
+INIT_KINDS = choices(Init)  # the one list: cmpnn_dist.config
 
 
 def initial_states(kind: int, heads: Tensor, z_q: Tensor, num_nodes: int) -> Tensor:

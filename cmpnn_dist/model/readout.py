@@ -16,9 +16,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from cmpnn_dist.config import Readout, choices
 from cmpnn_dist.graph import Graph
 
-READOUT_KINDS = ("none", "sum", "relation")
+READOUT_KINDS = choices(Readout)  # the one list: cmpnn_dist.config
 
 
 def relation_node_sets(

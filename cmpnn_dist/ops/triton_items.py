@@ -85,8 +85,6 @@ def prepare(graph: Graph, device: torch.device, max_edges: int = MAX_EDGES) -> d
         "r2": r2,
         "src": src.to(i32),
         "rel": rel.to(i32),
-        "src64": src,
-        "rel64": rel,
         "indptr": indptr,
         "in_degree": indptr.diff(),
         "items": build_items(indptr, max_edges),
