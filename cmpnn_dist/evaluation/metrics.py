@@ -50,7 +50,6 @@ def filtered_rank(scores: Tensor, target: Tensor, filter_mask: Tensor) -> tuple[
     return rank.long(), negative.sum(1).long()
 
 
-
 TIES = ("pessimistic", "average")
 
 
