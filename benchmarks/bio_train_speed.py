@@ -147,6 +147,8 @@ def config_for(graph: str, small: bool, storage_root: str) -> object:
         section, field = key.split(".")
         setattr(getattr(cfg, section), field, value)
     cfg.train.device, cfg.train.progress = "cpu", False
+    # the synthetic stand-ins carry node types but not OGB's official negatives: rank typed
+    cfg.eval.protocol = "typed"
     return cfg
 
 
