@@ -46,6 +46,15 @@ def available_presets() -> list[str]:
     return sorted(p.stem for p in conf_dir().glob("*.yaml"))
 
 
+def config_groups() -> dict[str, list[str]]:
+    """Hydra config groups under ``conf/`` (``data``, ``model``, ``train``) and their options."""
+    root = conf_dir()
+    groups = {
+        d.name: sorted(p.stem for p in d.glob("*.yaml")) for d in root.iterdir() if d.is_dir()
+    }
+    return {name: options for name, options in sorted(groups.items()) if options}
+
+
 def split_args(argv: Sequence[str], special: Sequence[str]) -> tuple[dict[str, str], list[str]]:
     """Pull ``name=value`` arguments for the ``special`` names out of ``argv``."""
     found: dict[str, str] = {}
@@ -178,6 +187,8 @@ def help_text(doc: str | None) -> str:
     import dataclasses
 
     lines = [(doc or "").strip(), "", "presets (conf=NAME): " + ", ".join(available_presets())]
+    for group, options in config_groups().items():
+        lines.append(f"group {group}={'|'.join(options)}  (replaces the preset's {group} choice)")
     lines += ["", "config keys (key=value; defaults before any preset):"]
 
     def walk(obj: Any, prefix: str) -> None:
