@@ -235,12 +235,13 @@ def measure(graph: str, args: argparse.Namespace, save) -> dict:
                 queries_epoch = r["steps_per_epoch"] * paper_b
                 r.update(
                     {
-                        "step_s": [round(t, 3) for t in times],
-                        "step_cpu_s": [round(t, 3) for t in cpu],
-                        "median_step_cpu_s": round(cpu_s, 3),
+                        # 6 decimals: the derived figures below must be recomputable from these
+                        "step_s": [round(t, 6) for t in times],
+                        "step_cpu_s": [round(t, 6) for t in cpu],
+                        "median_step_cpu_s": round(cpu_s, 6),
                         "projected_epoch_cpu_hours": round(queries_epoch * cpu_s / b / 3600, 3),
                         "loadavg_1min_per_step": loads,
-                        "median_step_s": round(step_s, 3),
+                        "median_step_s": round(step_s, 6),
                         "queries_per_s": round(b / step_s, 4),
                         "losses": [round(x, 5) for x in losses],
                         "rss_peak_gb": round(max(peak.peak, rss_bytes()) / 1e9, 3),

@@ -106,7 +106,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "configs_before_groups.json"
 @pytest.mark.parametrize("preset", sorted(json.loads(FIXTURE.read_text())))
 def test_preset_unchanged_by_groups_restructure(preset):
     before = json.loads(FIXTURE.read_text())[preset]
-    now = config_to_dict(compose_config(preset, ["data_root=/DATA_ROOT"]))
+    now = config_to_dict(compose_config(preset, ["data_root=/DATA_ROOT", "storage_root=/STORAGE"]))
     assert now == before
 
 

@@ -43,6 +43,7 @@ def _train(root: Path) -> Path:
     cfg.train.epochs = 1
     cfg.train.max_steps = 150
     cfg.train.num_negatives = 32
+    cfg.train.negatives = "uniform"  # the default preset's (rule_kg has node types)
     cfg.train.lr = 5e-3
     cfg.train.device = "cpu"
     cfg.train.progress = False
