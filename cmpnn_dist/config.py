@@ -185,8 +185,9 @@ class EvalConfig:
 class CheckpointConfig:
     every_steps: int | None = number(None, ge=1)  # also at the end of every epoch
     keep_last: int = number(2, ge=1)
-    # also every N minutes (checked at step boundaries, decided the same way on every rank)
-    every_minutes: float | None = number(None, gt=0)
+    # also every N minutes (checked at step boundaries, decided the same way on every rank), so
+    # a run killed before its first epoch ends loses at most that much; null: off
+    every_minutes: float | None = number(10.0, gt=0)
 
 
 @dataclass
