@@ -34,6 +34,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -76,10 +77,24 @@ def command(sweep: dict, seeds: list[int], extra: tuple[str, ...] = (), name: st
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def _preset_times() -> dict:
+def _preset_times(extra: Path | None) -> dict:
+    """preset_times_cpu.json's rows, plus rows of presets it lacks (the R-MPNN baselines) from
+    ``extra`` (a ``preset_times.py --presets ...`` JSON) or, without it, those kept in the
+    previous reproduce_tables_cpu.json."""
     data = json.loads((RESULTS / "preset_times_cpu.json").read_text())
-    return {"meta": {k: data[k] for k in ("machine", "commit")},
-            "rows": {r["preset"]: r for r in data["rows"]}}  # fmt: skip
+    rows = {r["preset"]: r for r in data["rows"]}
+    if extra is not None:
+        more = json.loads(extra.read_text())
+        extra_rows = {"machine": more["machine"], "commit": more["commit"], "rows": more["rows"]}
+    elif (RESULTS / "reproduce_tables_cpu.json").is_file():
+        old = json.loads((RESULTS / "reproduce_tables_cpu.json").read_text())
+        extra_rows = old.get("extra_preset_times") or {"rows": []}
+    else:
+        extra_rows = {"rows": []}
+    for r in extra_rows["rows"]:
+        rows.setdefault(r["preset"], r)
+    return {"meta": {k: data[k] for k in ("machine", "commit")}, "rows": rows,
+            "extra": extra_rows}  # fmt: skip
 
 
 def project(sweep: dict, seeds: int, epochs: int | None, times: dict, cores: int = 2) -> dict:
@@ -131,11 +146,26 @@ def plan(times: dict) -> list[dict]:
     return out
 
 
-def run_reduced(names: list[str], epochs: int, storage: str) -> list[dict]:
-    """Run the reduced-budget sweeps (one seed, ``epochs`` epochs) and their reports."""
+def _cells_span(runs: Path) -> float | None:
+    """Seconds from the first cell's start (its TensorBoard event file's timestamp) to the last
+    cell's results.json: the sweep's training wall time even when this call skipped it."""
+    starts = [int(p.name.split(".")[3]) for p in runs.glob("*/tensorboard/events.out.tfevents.*")]
+    ends = [p.stat().st_mtime for p in runs.glob("*/results.json")]
+    return round(max(ends) - min(starts), 1) if starts and ends else None
+
+
+def run_reduced(
+    names: list[str],
+    epochs: int,
+    storage: str,
+    rename: dict[str, str] | None = None,
+    on_done: Any = None,
+) -> list[dict]:
+    """Run the reduced-budget sweeps (one seed, ``epochs`` epochs) and their reports;
+    ``rename`` maps a sweep to the ``sweep_name`` of an earlier run of the same command."""
     done = []
     for sweep in [s for s in FULL if s["name"] in names]:
-        name = f"{sweep['name']}_ep{epochs}"
+        name = (rename or {}).get(sweep["name"], f"{sweep['name']}_ep{epochs}")
         extra = (f"train.epochs={epochs}", "cluster.cpus_per_worker=1", f"storage_root={storage}")
         cmd = command(sweep, [0], extra, name)
         print(f"$ {cmd}", file=sys.stderr, flush=True)
@@ -144,11 +174,15 @@ def run_reduced(names: list[str], epochs: int, storage: str) -> list[dict]:
         rc = subprocess.run(["nice", "-n", "10", *shlex.split(cmd)], cwd=REPO, env=env).returncode
         wall = time.time() - t0
         folder = Path(storage).expanduser().resolve() / "sweeps" / name
+        span = _cells_span(Path(storage).expanduser().resolve() / "runs" / name)
         rep = subprocess.run([sys.executable, "-m", "cmpnn_dist.sweep", str(folder)], cwd=REPO,
                              capture_output=True, text=True)  # fmt: skip
         done.append({"sweep": name, "command": cmd, "rc": rc, "wall_s": round(wall, 1),
+                     "cells_span_s": span,
                      "report_cmd": f"python -m cmpnn_dist.sweep {folder}",
                      "report": rep.stdout, "report_rc": rep.returncode})  # fmt: skip
+        if on_done is not None:  # results written after every sweep: a late kill keeps them
+            on_done(done)
     return done
 
 
@@ -160,7 +194,7 @@ def write(reduced: list[dict], full: list[dict], epochs: int, times: dict) -> No
         "# The paper's INIT / readout / transductive tables on CPU (reduced budget)",
         "",
         f"- machine: {machine}; commit {commit}; load average at write (1/5/15 min): {load}",
-        f"- command: `python benchmarks/reproduce_tables.py --run --epochs {epochs}`",
+        f"- command: `python {' '.join(shlex.quote(a) for a in sys.argv)}`",
         "",
         f"## Reduced budget: {epochs} epoch(s), 1 seed -- NOT the paper's protocol",
         "",
@@ -171,7 +205,8 @@ def write(reduced: list[dict], full: list[dict], epochs: int, times: dict) -> No
         "",
     ]
     for r in reduced:
-        md += [f"### `{r['sweep']}` (exit {r['rc']}, {_fmt_s(r['wall_s'])} wall)", "",
+        md += [f"### `{r['sweep']}` (exit {r['rc']}; cells trained in "
+               f"{_fmt_s(r['cells_span_s'])} wall, first start to last result)", "",
                f"`{r['command']}`", "", f"report: `{r['report_cmd']}`", "",
                r["report"].replace("# Sweep", "Sweep").strip(), ""]  # fmt: skip
     md += [
@@ -182,8 +217,11 @@ def write(reduced: list[dict], full: list[dict], epochs: int, times: dict) -> No
         f"s per fact, x {PNA_OVER_SUM:.2f} (PNA / sum step ratio, `train_step_cpu.json`) when "
         "the aggregation differs from the timed preset's; sweep = cells x cell; idle wall = "
         "CPU / 2 cores (two one-thread cells at once); a shared machine adds its "
-        "wall / CPU ratio (last column). Not measured: R-GCN / CompGCN presets (no timing yet; "
-        "their full-graph encoder is run once per batch, not once per query).",
+        "wall / CPU ratio (last column). Presets missing from `preset_times_cpu.json` (the "
+        "R-MPNN baselines) were timed with `preset_times.py --presets wn18rr_rgcn "
+        "wn18rr_compgcn --steps 3 --eval-facts 16` (machine and commit "
+        f"{times['extra'].get('machine', '-')}, {times['extra'].get('commit', '-')}; only 3 "
+        "steps, on a loaded machine: rough).",
         "",
         "| sweep | cells | cell CPU | sweep CPU | idle wall (2 cores) | shared wall/CPU "
         "| command |",
@@ -200,7 +238,7 @@ def write(reduced: list[dict], full: list[dict], epochs: int, times: dict) -> No
            "loadavg": load, "budget": {"epochs": epochs, "seeds": [0], "cpus_per_cell": 1},
            "protocol_note": "reduced budget, not the paper's protocol (20 epochs, 5 seeds)",
            "reduced": reduced, "full": full, "pna_over_sum": round(PNA_OVER_SUM, 3),
-           "preset_times": times["meta"]}  # fmt: skip
+           "preset_times": times["meta"], "extra_preset_times": times["extra"]}  # fmt: skip
     for path, text in (("reproduce_tables_cpu.md", "\n".join(md) + "\n"),
                        ("reproduce_tables_cpu.json", json.dumps(out, indent=1))):  # fmt: skip
         tmp = RESULTS / f".{path}.tmp"
@@ -217,8 +255,21 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", default=["init_wn18rr_ind_v1"],
                     help="reduced sweeps to run (names in FULL)")  # fmt: skip
     ap.add_argument("--storage", default="/tmp/bench17/storage")
+    ap.add_argument(
+        "--extra-times",
+        type=Path,
+        default=None,
+        help="preset_times.py JSON of presets preset_times_cpu.json lacks",
+    )
+    ap.add_argument(
+        "--sweep-name",
+        nargs="*",
+        default=[],
+        metavar="SWEEP=NAME",
+        help="reuse an earlier sweep_name (its finished cells are skipped)",
+    )
     args = ap.parse_args()
-    times = _preset_times()
+    times = _preset_times(args.extra_times)
     full = plan(times)
     if args.plan or not args.run:
         for f in full:
@@ -227,8 +278,9 @@ def main() -> None:
                   f"{_fmt_s(p.get('idle_wall_s'))} idle wall\n  {f['command']}")  # fmt: skip
         if not args.run:
             return
-    reduced = run_reduced(args.only, args.epochs, args.storage)
-    write(reduced, full, args.epochs, times)
+    rename = dict(x.split("=", 1) for x in args.sweep_name)
+    run_reduced(args.only, args.epochs, args.storage, rename,
+                lambda done: write(done, full, args.epochs, times))  # fmt: skip
 
 
 if __name__ == "__main__":
