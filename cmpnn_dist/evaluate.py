@@ -88,7 +88,8 @@ def evaluate_checkpoint(path: Path, overrides: list[str], weights: str = "best")
     run_dir = run_dir_of(ckpt)
     try:
         check_eval_options(cfg, data)
-        model = model_from_state(cfg, state, data, weights)
+        sizes = data.num_relations, data.num_nodes, data.inductive
+        model = model_from_state(cfg, state, weights, *sizes)
     except ValueError as exc:
         raise UsageError(f"{ckpt}: {exc}") from exc
     out: dict[str, Any] = {"run_dir": str(run_dir), "checkpoint": str(ckpt)}

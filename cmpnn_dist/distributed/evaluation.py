@@ -58,7 +58,9 @@ def eval_worker(config: dict[str, Any]) -> None:
     ctx = EvalContext(device)
     state = load_checkpoint(Path(config["checkpoint"]))
     data = load_train_data(open_dataset(config["dataset"]))
-    model = model_from_state(cfg, state, data, config["weights"])
+    model = model_from_state(
+        cfg, state, config["weights"], data.num_relations, data.num_nodes, data.inductive
+    )
     out = evaluate_splits(model, data, cfg, device, ctx=ctx, ranks_dir=Path(config["run_dir"]))
     if ctx.is_main:
         path = Path(config["summary"])

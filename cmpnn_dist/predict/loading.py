@@ -16,9 +16,9 @@ def load_model(path: Path, overrides: list[str], weights: str = "best") -> tuple
     ``weights``: ``best`` (by validation MRR, when the checkpoint holds it) or ``last``.
     """
     from cmpnn_dist.evaluate import config_from_checkpoint, resolve_checkpoint
-    from cmpnn_dist.model.build import build_model
     from cmpnn_dist.storage import open_dataset
     from cmpnn_dist.training.checkpoint import load_checkpoint
+    from cmpnn_dist.training.validation import model_from_state
 
     if weights not in ("best", "last"):
         raise UsageError(f"weights={weights!r}: choose best or last")
@@ -29,24 +29,10 @@ def load_model(path: Path, overrides: list[str], weights: str = "best") -> tuple
     cfg = config_from_checkpoint(state.get("config", {}), overrides)
     ds = open_dataset(ensure_dataset(cfg))
     try:
-        model = build_model(
-            cfg.model,
-            cfg.ops,
-            int(ds.num_relations),
-            ds.graph_data("train").num_nodes,
+        model = model_from_state(
+            cfg, state, weights, int(ds.num_relations), ds.graph_data("train").num_nodes,
             bool(ds.inductive),
-        )
+        )  # fmt: skip
     except ValueError as exc:
-        raise UsageError(str(exc)) from exc
-    best = (state.get("best") or {}).get("state")
-    params = best if (weights == "best" and best is not None) else state["model"]
-    try:
-        model.load_state_dict(params)
-    except RuntimeError as exc:
-        first = str(exc).strip().splitlines()
-        detail = "; ".join(line.strip() for line in first[1:4]) or first[0]
-        raise UsageError(
-            f"checkpoint {ckpt} does not fit the configured model "
-            f"(was it written with another model configuration?): {detail}"
-        ) from exc
+        raise UsageError(f"checkpoint {ckpt}: {exc}") from exc
     return model.eval(), cfg, ds
