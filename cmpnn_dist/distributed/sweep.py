@@ -26,10 +26,12 @@ from .driver import _init_ray
 
 
 def _flat(result: dict[str, Any]) -> dict[str, float]:
+    """The numeric metrics of a run's result as ``<split>_<metric>`` (what Tune records)."""
     out = {}
     for split in ("valid", "test"):
         for k, v in (result.get(split) or {}).items():
-            out[f"{split}_{k}"] = float(v)
+            if isinstance(v, int | float):  # not the protocol / tie-rule labels
+                out[f"{split}_{k}"] = float(v)
     return out
 
 
