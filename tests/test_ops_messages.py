@@ -105,8 +105,8 @@ def test_transe_and_rotate_per_edge_formulas(per_query):
                 torch.testing.assert_close(out[e, q], expect)
 
 
-def _claiming_impls(message):
-    return [i for i in available_impls() if covers(i, message) and i != "naive"]
+def _claiming_impls(message, weighted=False):
+    return [i for i in available_impls() if covers(i, message, weighted) and i != "naive"]
 
 
 CASES = [(m, q) for m in ("transe", "rotate", "mul") for q in (False, True)] + [("basis", False)]
@@ -142,7 +142,7 @@ def test_every_claiming_impl_matches_naive(message, per_query, masked, weighted,
         return out, torch.autograd.grad(loss, leaves)
 
     oracle, oracle_grads = run("naive")
-    impls = _claiming_impls(message)
+    impls = _claiming_impls(message, weighted)
     assert {"reference", "generic"} <= set(impls)
     for impl in impls:
         out, grads = run(impl)
