@@ -31,7 +31,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,6 +44,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 from message_passing import RssPeak, save_results  # noqa: E402
+from provenance import git_commit  # noqa: E402
 
 from cmpnn_dist.cli import compose_config, ensure_dataset  # noqa: E402
 
@@ -103,25 +103,6 @@ NOTES = [
 def rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def git_commit() -> str:
-    try:
-        rev = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        return rev + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def machine() -> dict:
@@ -339,7 +320,13 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     def save(r: dict) -> None:
-        r.update({"commit": git_commit(), "command": command, "machine": res["machine"]})
+        r.update(
+            {
+                "commit": git_commit("--short=12", mark_dirty=True),
+                "command": command,
+                "machine": res["machine"],
+            }
+        )
         res["results"][r["graph"]] = r
         save_results(out, stem, res, to_markdown(res))
 

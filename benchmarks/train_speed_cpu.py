@@ -39,6 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from provenance import git_commit
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 KIT = REPO.parent / "shared" / "peers" / "nbfnet-pyg"
@@ -101,22 +103,6 @@ def child_ours(agg: str, threads: str, n_warm: int, n_timed: int, storage: str) 
 
 
 # ---------------------------------------------------------------- parent
-def git_commit() -> str:
-    try:
-        rev = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        return rev + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -222,7 +208,7 @@ def main() -> None:
         print(json.dumps(child_ours(agg, threads, int(warm), int(timed), args.storage)))
         return
 
-    commit = git_commit()  # at the start: the code that runs
+    commit = git_commit(mark_dirty=True)  # at the start: the code that runs
     peer_py, skip = peer_status(args.peer_venv)
     peer_data = Path(args.storage) / "nbfnet-data"
     if peer_py is not None and not (peer_data / "FB15k-237" / "v1" / "raw").is_dir():

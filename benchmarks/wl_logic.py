@@ -28,7 +28,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -38,6 +37,8 @@ import torch
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's cmpnn_dist
+
+from provenance import git_commit, write_atomic
 
 from cmpnn_dist.config import ModelConfig, OpsConfig
 from cmpnn_dist.graph import graph_from_triples
@@ -135,22 +136,6 @@ def run(family: str, formula: str, seed: int, steps: int, lr: float) -> dict:
     }
 
 
-def git_commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        )
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=400)
@@ -177,7 +162,7 @@ def main() -> None:
     result = {
         "benchmark": "wl_logic",
         "command": "python benchmarks/wl_logic.py " + " ".join(sys.argv[1:]),
-        "git_commit": git_commit(),
+        "git_commit": git_commit("--short"),
         "machine": f"{platform.node()} {platform.machine()} {platform.platform()}, "
         f"{os.cpu_count()} cpus, {torch.get_num_threads()} torch threads",
         "steps": args.steps,

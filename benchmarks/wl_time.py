@@ -17,7 +17,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,27 +28,12 @@ sys.path.insert(0, str(ROOT))  # this checkout's cmpnn_dist
 sys.path.insert(0, str(ROOT / "tests"))  # the brute-force reference
 
 import _wl_reference as reference  # noqa: E402
+from provenance import git_commit, write_atomic  # noqa: E402
 
 from cmpnn_dist.wl import TESTS, read_kg, run_test  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 SPLITS = ("fb237_v1", "fb237_v1_ind", "WN18RR_v1", "WN18RR_v1_ind")
-
-
-def git_commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        )
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 def main() -> None:
@@ -116,7 +100,7 @@ def main() -> None:
     result = {
         "benchmark": "wl_time",
         "command": "python benchmarks/wl_time.py " + " ".join(sys.argv[1:]),
-        "git_commit": git_commit(),
+        "git_commit": git_commit("--short"),
         "machine": f"{platform.node()} {platform.machine()} {platform.platform()}, "
         f"{os.cpu_count()} cpus, load average {os.getloadavg()[0]:.1f}",
         "rounds": "stable" if rounds is None else rounds,

@@ -1,0 +1,36 @@
+"""Where a benchmark figure came from: the checkout's commit, and atomic result files.
+
+Shared by the benchmark scripts (run as ``python benchmarks/NAME.py``, so this folder is on
+``sys.path``)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def git_commit(*rev_flags: str, mark_dirty: bool = False) -> str:
+    """``git rev-parse [rev_flags] HEAD`` of this checkout (e.g. ``"--short"``), with
+    ``+dirty`` appended when ``mark_dirty`` and tracked files differ from it; ``unknown``
+    outside a git checkout."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(REPO), *args], capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    try:
+        rev = git("rev-parse", *rev_flags, "HEAD")
+        dirty = mark_dirty and git("status", "--porcelain", "--untracked-files=no")
+        return rev + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary name, so a reader never sees half."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
