@@ -24,7 +24,6 @@ A folder holding ``train/valid/test.tsv`` of ``Kind::id<TAB>metaedge<TAB>Kind::i
 from __future__ import annotations
 
 import gzip
-import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -42,6 +41,7 @@ from cmpnn_dist.convert.coverage_split import (
     split_sizes,
 )
 from cmpnn_dist.storage.errors import StorageError
+from cmpnn_dist.storage.format import sha256_file
 from cmpnn_dist.storage.writer import GraphSpec
 
 HEADER = b"source\tmetaedge\ttarget"
@@ -199,14 +199,6 @@ def pykeen_dataset(
     }
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def convert_upstream(
     folder: str | Path,
     *,
@@ -267,7 +259,9 @@ def convert_upstream(
             "format": "hetionet-upstream",
             "raw_path": str(folder),
             "edges_file": epath.name,
-            "edges_match_hetionet_v1.0": epath.suffix == ".gz" and _sha256(epath) == EDGES_SHA256,
+            "edges_match_hetionet_v1.0": (
+                epath.suffix == ".gz" and sha256_file(epath) == EDGES_SHA256
+            ),
         }
     )
     out["meta"]["stats"]["node_table_rows"] = len(node_ids)
