@@ -173,22 +173,22 @@ def main() -> None:
         n: start(n, args, store, log_dir)
         for n, args in (("cpu_default", [*steps, *cpu]), ("cpu_fb237", [*fb, *cpu]))
     }
-    rows = {}
+    rows: dict = {}
+    det = [*steps, *cuda, "train.deterministic=true", "checkpoint.every_steps=50"]
+    # most wanted first: a call cut short by its time limit still has them (save_partial)
     for name, args in (
         ("cuda_default", [*steps, *cuda]),
-        ("cuda_default_bf16", [*steps, *bf16]),
         ("cuda_fb237", [*fb, *cuda]),
+        ("cuda_det", det),
+        ("cuda_killed", det),
+        ("cuda_default_bf16", [*steps, *bf16]),
         ("cuda_fb237_bf16", [*fb, *bf16]),
     ):
-        rows[name] = finish(name, *start(name, args, store, log_dir), store, log_dir, 300)
+        if name == "cuda_killed":
+            rows[name] = kill_and_resume(det, store, log_dir, at_step=100)
+        else:
+            rows[name] = finish(name, *start(name, args, store, log_dir), store, log_dir, 300)
         save_partial(out, rows)
-    det = [*steps, *cuda, "train.deterministic=true", "checkpoint.every_steps=50"]
-    rows["cuda_det"] = finish(
-        "cuda_det", *start("cuda_det", det, store, log_dir), store, log_dir, 300
-    )
-    save_partial(out, rows)
-    rows["cuda_killed"] = kill_and_resume(det, store, log_dir, at_step=100)
-    save_partial(out, rows)
     for name, (proc, t0) in background.items():
         rows[name] = finish(name, proc, t0, store, log_dir, 900)
     killed, whole = rows["cuda_killed"], rows["cuda_det"]
