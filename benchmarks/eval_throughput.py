@@ -194,6 +194,7 @@ def main() -> None:
                 "groups_per_s": round(groups / wall, 3),
                 "peak_rss_gb": round(rss.peak / 1e9, 2),
                 "projected_full_test_h": round(projected / 3600, 1),
+                "projected_full_test_min": round(projected / 60, 1),
                 "mrr_untrained": round(metrics["mrr"], 4),
             }
         )
@@ -239,7 +240,7 @@ def main() -> None:
     tmp.write_text(json.dumps(result, indent=1))
     os.replace(tmp, out.with_suffix(".json"))
     md = [
-        f"# Evaluation throughput, {result['graph']} (CPU)",
+        f"# Evaluation throughput, {result['graph']} ({result['device']})",
         "",
         f"Machine: {platform.platform()}, {os.cpu_count()} CPUs (shared: load average "
         f"{result['machine']['load_average_1_5_15']} at the end), torch threads {args.threads}, "
@@ -248,14 +249,15 @@ def main() -> None:
         "forward pass, ties average.",
         "",
         "| protocol | rankings/s | groups/s | setup s | forward s | ranking s | peak RSS GB "
-        "| projected full test (h) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| median forward batch s | projected full test (h) | (min) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         md.append(
             f"| {r['protocol']} | {r['queries_per_s']} | {r['groups_per_s']} | {r['setup_s']} "
             f"| {r['forward_s']} "
-            f"| {r['ranking_s']} | {r['peak_rss_gb']} | {r['projected_full_test_h']} |"
+            f"| {r['ranking_s']} | {r['peak_rss_gb']} | {r['median_forward_batch_s']} "
+            f"| {r['projected_full_test_h']} | {r['projected_full_test_min']} |"
         )
     md += [
         "",
