@@ -2,7 +2,8 @@
 
 ``metrics.csv`` (written by :class:`cmpnn_dist.training.context.LocalContext` and the Ray
 driver) has one row per history entry: ``kind`` = ``train`` (``step, epoch, loss, lr,
-time_s``), ``valid`` (``valid_mrr``, ``valid_hits@k``, ...) or ``test`` (``test_*``).
+time_s``), ``valid`` (``valid_mrr``, ``valid_hits@k``, ...) or ``test`` (``test_*``); the
+``*_protocol`` / ``*_ties`` columns are text (how the split was ranked), the rest numbers.
 
 Writes, into ``RUN_DIR/plots/`` (each file written to a temporary name, then renamed):
 
@@ -27,6 +28,9 @@ from cmpnn_dist.cli import UsageError, run_cli
 
 # metrics drawn on the validation plot (all in [0, 1]); mean rank and counts are not
 UNIT_METRICS = ("mrr", "hits@1", "hits@3", "hits@10", "hits@10_50", "accuracy")
+# text columns of metrics.csv: how a split was ranked (``valid_protocol=all``,
+# ``test_ties=pessimistic``); every other column but ``kind`` is a number
+TEXT_SUFFIXES = ("_protocol", "_ties")
 
 
 def read_metrics(path: Path) -> dict[str, list[dict[str, Any]]]:
@@ -42,8 +46,11 @@ def read_metrics(path: Path) -> dict[str, list[dict[str, Any]]]:
                 for key, value in raw.items():
                     if key is None or value in (None, ""):
                         continue
+                    if key == "kind" or key.endswith(TEXT_SUFFIXES):
+                        row[key] = value
+                        continue
                     try:
-                        row[key] = value if key == "kind" else float(value)
+                        row[key] = float(value)
                     except ValueError:
                         raise UsageError(
                             f"{path}: line {lineno}: {key}={value!r} is not a number"

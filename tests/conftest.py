@@ -37,3 +37,15 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"reference data folder {SHARED_DATA} is absent")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def real_run(tmp_path_factory) -> dict:
+    """A tiny real run (tests/_real_run.py) under a local storage root: its summary, with
+    ``root`` (the storage root) and ``run_dir`` (the run folder, a local path)."""
+    from _real_run import train_tiny
+
+    root = tmp_path_factory.mktemp("real_run_local")
+    out = dict(train_tiny(str(root)))
+    out["root"] = str(root)
+    return out
