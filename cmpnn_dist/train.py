@@ -12,7 +12,6 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from cmpnn_dist.openmp_env import set_openmp_defaults
@@ -52,7 +51,7 @@ def train(cfg: Config, argv: Sequence[str] = ()) -> dict[str, Any]:
     data = load_train_data(open_dataset(path))
     existed = rf.exists(run)
     try:
-        result = fit(cfg, data, run_dir=Path(run))
+        result = fit(cfg, data, run_dir=run)
     except BaseException:
         rf.remove_failed_start(run, existed)  # a start that left no checkpoint leaves no folder
         raise

@@ -196,7 +196,7 @@ def test_model_config_mismatch_is_a_clear_error(data, reference_run, tmp_path):
         fit(small_cfg(), data, run_dir=tmp_path, on_step=_crash_at(6))
     cfg = small_cfg()
     cfg.model.hidden_dim = 4
-    with pytest.raises(CheckpointError, match="model config"):
+    with pytest.raises(CheckpointError, match="model.hidden_dim: 8 in the checkpoint, 4 now"):
         fit(cfg, data, run_dir=tmp_path)
     cfg = small_cfg(max_steps=2)
     cfg.resume = False  # moves the old run aside (tests/test_run_folder.py) and starts fresh

@@ -24,6 +24,7 @@ from .builders import autocast, build_loss, build_lr_scheduler, build_optimizer
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .context import TrainContext
 from .data import TrainData
+from .resume_keys import check_resume
 from .rng import capture_rng_state, restore_rng_state
 from .sampler import QuerySampler
 from .validation import check_eval_options, evaluate_split
@@ -37,7 +38,7 @@ CHECKPOINT_VERSION = 1
 class FitResult:
     """What :func:`fit` returns; ``model`` holds the best weights, ``final_state`` the last."""
 
-    run_dir: Path | None
+    run_dir: Path | str | None  # a local Path, or the URI of a run folder behind one
     best_valid: dict[str, float]
     test: dict[str, float]
     history: list[dict[str, Any]]
@@ -136,19 +137,24 @@ class Trainer:
         self._last_save = time.monotonic()
         if not self.ctx.is_main:
             return None
-        meta = {}
+        meta: dict[str, Any] = {}
         if self.last_valid_step == self.step and self.last_valid_mrr is not None:
             meta["score"] = self.last_valid_mrr  # valid MRR of this checkpoint's weights
+        elif self.last_valid_step == self.step:
+            meta["best_is_last"] = True  # validated but nothing ranked: best = the last weights
         return save_checkpoint(self.ctx.checkpoint_path(self.step), self.state(), meta)
 
     def restore(self, path: Path) -> None:
         state = load_checkpoint(path)
-        saved_model = state.get("config", {}).get("model")
-        if saved_model != self.config_dict.get("model"):
-            raise CheckpointError(
-                f"{path}: written for model config {saved_model}, "
-                f"but this run's model config is {self.config_dict.get('model')}"
-            )
+        note = check_resume(
+            path,
+            state.get("config", {}),
+            self.config_dict,
+            int(state["step"]),
+            self.sampler.steps_per_epoch,
+        )
+        if note and self.ctx.is_main:
+            _say(note)
         mine = {
             "num_nodes": self.data.num_nodes,
             "num_relations": self.data.num_relations,
@@ -262,6 +268,13 @@ class Trainer:
         if ckpt is not None:
             self.restore(ckpt)
         train_model = ctx.wrap_model(self.model)
+        if self.step >= self.total_steps and self.last_valid_step != self.step:
+            # resumed at the last step from a checkpoint written before its validation (a
+            # mid-epoch one, or the run's length changed): validate and publish it now, so the
+            # run ends with validation and ``best`` as an uninterrupted one does
+            vrow = self.validate(self.sampler.epoch)
+            self.history.append(vrow)
+            ctx.report(vrow, self.save())
         train_model.train()
         total = self.total_steps
         every = cfg.checkpoint.every_steps
@@ -325,7 +338,7 @@ class Trainer:
             row.update({f"test_{k}": v for k, v in test.items()})
             self.log(row, None)
         return FitResult(
-            run_dir=getattr(self.ctx, "run_dir", None),
+            run_dir=_public_run_dir(self.ctx),
             best_valid=dict(self.best_valid),
             test=test,
             history=self.history,
@@ -342,6 +355,15 @@ def _say(line: str) -> None:
     from tqdm.auto import tqdm
 
     tqdm.write(line, file=sys.stderr)
+
+
+def _public_run_dir(ctx: TrainContext) -> Any:
+    """The run folder as the user named it: a local Path, or the URI (a string)."""
+    uri = getattr(ctx, "run_uri", None)
+    local = getattr(ctx, "run_dir", None)
+    if uri is not None and "://" in str(uri):
+        return str(uri)
+    return Path(local) if local is not None else None
 
 
 def _ranks_dir(ctx: TrainContext) -> Path | None:
