@@ -108,7 +108,16 @@ def _one_line(exc: BaseException) -> str:
 
 
 def dataset_path(cfg: Config) -> Path:
-    return Path(cfg.storage_root).expanduser().resolve() / "datasets" / cfg.data.name
+    """``<storage_root>/datasets/<data.name>`` as a local folder (a ``file://`` root is its
+    path; under another URI root the dataset is built in the local cache folder, which every
+    worker on this machine reads)."""
+    from cmpnn_dist.distributed.remote import default_cache_dir
+    from cmpnn_dist.storage import fs
+
+    root = fs.local_path(cfg.storage_root)
+    if root is None:
+        root = default_cache_dir()
+    return root / "datasets" / cfg.data.name
 
 
 _MISSING_DATA_HINTS = {

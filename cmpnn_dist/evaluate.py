@@ -16,6 +16,7 @@ stdout line is one JSON object with ``run_dir``, ``valid`` and ``test``, as for
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,14 +31,24 @@ from cmpnn_dist.cli import UsageError, ensure_dataset, run_cli, split_args  # no
 from cmpnn_dist.config import Config, validate  # noqa: E402
 
 
-def resolve_checkpoint(path: Path) -> Path:
-    """A checkpoint folder, or the newest valid one of a run folder (or its ``checkpoints``)."""
-    from cmpnn_dist.training.checkpoint_store import CHECKPOINTS_DIR, CheckpointStore
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint folder, or the newest valid one of a run folder (or its ``checkpoints``);
+    a local path or a URI (a URI's checkpoint is fetched into a local scratch folder).
+    ``<run>/checkpoints/best`` left half-updated by a kill is repaired first."""
+    from cmpnn_dist.storage import fs
+    from cmpnn_dist.training.checkpoint_store import BEST_DIR, CHECKPOINTS_DIR, CheckpointStore
 
-    if (path / "manifest.json").is_file():
-        return path
-    run = path.parent if path.name == CHECKPOINTS_DIR else path
-    found = CheckpointStore(run).find_latest() if path.is_dir() else None
+    loc = fs.normalize(path)
+    parent = loc.rsplit("/", 1)[0]
+    if fs.name(loc) == BEST_DIR and fs.name(parent) == CHECKPOINTS_DIR:
+        CheckpointStore(parent.rsplit("/", 1)[0]).repair_best()
+    if fs.is_file(fs.join(loc, "manifest.json")):
+        local = fs.local_path(loc)
+        if local is not None:
+            return local
+        return CheckpointStore(parent, scratch_tag="eval").local(loc)
+    run = parent if fs.name(loc) == CHECKPOINTS_DIR else loc
+    found = CheckpointStore(run, scratch_tag="eval").find_latest() if fs.is_dir(loc) else None
     if found is None:
         raise UsageError(
             f"no valid checkpoint at {path} (expected a checkpoint, run or checkpoints folder)"
@@ -45,11 +56,13 @@ def resolve_checkpoint(path: Path) -> Path:
     return found.path
 
 
-def run_dir_of(ckpt: Path) -> Path:
+def run_dir_of(ckpt: str | Path) -> str:
     """The run folder of checkpoint folder ``ckpt`` (``<run>/checkpoints/<name>``)."""
+    from cmpnn_dist.storage import fs
     from cmpnn_dist.training.checkpoint_store import CHECKPOINTS_DIR
 
-    return ckpt.parent.parent if ckpt.parent.name == CHECKPOINTS_DIR else ckpt.parent
+    parent = fs.normalize(ckpt).rsplit("/", 1)[0]
+    return parent.rsplit("/", 1)[0] if fs.name(parent) == CHECKPOINTS_DIR else parent
 
 
 def config_from_checkpoint(saved: dict[str, Any], overrides: list[str]) -> Config:
@@ -68,11 +81,14 @@ def config_from_checkpoint(saved: dict[str, Any], overrides: list[str]) -> Confi
     return cfg
 
 
-def evaluate_checkpoint(path: Path, overrides: list[str], weights: str = "best") -> dict:
+def evaluate_checkpoint(path: str | Path, overrides: list[str], weights: str = "best") -> dict:
+    import tempfile
+
     import torch
 
-    from cmpnn_dist.storage import open_dataset
+    from cmpnn_dist.storage import fs, open_dataset
     from cmpnn_dist.training.checkpoint import load_checkpoint
+    from cmpnn_dist.training.checkpoint_store import CHECKPOINTS_DIR
     from cmpnn_dist.training.data import load_train_data
     from cmpnn_dist.training.validation import (
         check_eval_options,
@@ -85,14 +101,23 @@ def evaluate_checkpoint(path: Path, overrides: list[str], weights: str = "best")
     cfg = config_from_checkpoint(state.get("config", {}), overrides)
     dataset = ensure_dataset(cfg)
     data = load_train_data(open_dataset(dataset))
-    run_dir = run_dir_of(ckpt)
+    loc = fs.normalize(path)
+    if fs.is_file(fs.join(loc, "manifest.json")):
+        run_loc = run_dir_of(loc)
+    else:
+        run_loc = loc.rsplit("/", 1)[0] if fs.name(loc) == CHECKPOINTS_DIR else loc
+    # outputs are written to a local folder: the run folder, or for a URI a temporary one
+    # uploaded at the end (the same files either way)
+    local_run = fs.local_path(run_loc)
+    staged = local_run is None
+    run_dir = Path(tempfile.mkdtemp(prefix="cmpnn-eval-")) if staged else local_run
     try:
         check_eval_options(cfg, data)
         sizes = data.num_relations, data.num_nodes, data.inductive
         model = model_from_state(cfg, state, weights, *sizes)
     except ValueError as exc:
         raise UsageError(f"{ckpt}: {exc}") from exc
-    out: dict[str, Any] = {"run_dir": str(run_dir), "checkpoint": str(ckpt)}
+    out: dict[str, Any] = {"run_dir": run_loc, "checkpoint": str(ckpt)}
     if cfg.cluster.num_workers > 0:
         from cmpnn_dist.distributed.evaluation import run_distributed_evaluation
 
@@ -105,11 +130,14 @@ def evaluate_checkpoint(path: Path, overrides: list[str], weights: str = "best")
         out.update(evaluate_splits(model, data, cfg, device, ranks_dir=run_dir))
     protocol = out["test"].get("protocol") or out["valid"].get("protocol") or "all"
     _write_json(run_dir / f"eval_{protocol}.json", out)
+    if staged:
+        fs.upload_tree(run_dir, run_loc)
+        shutil.rmtree(run_dir, ignore_errors=True)
     print(
         f"evaluated {ckpt} ({protocol} protocol, {cfg.eval.ties} ties): "
         f"valid mrr {out['valid'].get('mrr', float('nan')):.4f}, "
         f"test mrr {out['test'].get('mrr', float('nan')):.4f}; ranks in "
-        f"{run_dir}/ranks_<split>_{protocol}.parquet",
+        f"{run_loc}/ranks_<split>_{protocol}.parquet",
         file=sys.stderr,
     )
     return out
@@ -133,7 +161,10 @@ def _main(argv: list[str]) -> dict[str, Any]:
     weights = special.get("weights", "best")
     if weights not in ("best", "last"):
         raise UsageError(f"weights={weights!r}: choose best or last")
-    return evaluate_checkpoint(Path(special["ckpt"]).expanduser(), overrides, weights)
+    ckpt = special["ckpt"]
+    return evaluate_checkpoint(
+        ckpt if "://" in ckpt else Path(ckpt).expanduser(), overrides, weights
+    )
 
 
 def main() -> None:

@@ -241,7 +241,33 @@ def report(run_dir: Path) -> dict[str, Any]:
 def _main(argv: list[str]) -> dict[str, Any]:
     if len(argv) != 1 or argv[0].startswith("-"):
         raise UsageError("usage: python -m cmpnn_dist.report RUN_DIR  (a storage/runs/<name>)")
-    return report(Path(argv[0]).expanduser())
+    return report_location(argv[0])
+
+
+def report_location(location: str) -> dict[str, Any]:
+    """:func:`report` of a run folder given as a local path or a URI (the URI's metrics.csv is
+    fetched into a temporary folder and the plots uploaded to ``<run>/plots/``)."""
+    import shutil
+    import tempfile
+
+    from cmpnn_dist.storage import fs
+
+    local = fs.local_path(location)
+    if local is not None:
+        return report(local)
+    csv_uri = fs.join(location, "metrics.csv")
+    if not fs.is_file(csv_uri):
+        raise UsageError(f"{location} has no metrics.csv; pass a run folder of a run that logged")
+    tmp = Path(tempfile.mkdtemp(prefix="cmpnn-report-"))
+    try:
+        (tmp / "metrics.csv").write_text(fs.read_text(csv_uri))
+        out = report(tmp)
+        fs.upload_tree(tmp / "plots", fs.join(location, "plots"))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    out["run_dir"] = location
+    out["plots"] = [fs.join(location, "plots", Path(p).name) for p in out["plots"]]
+    return out
 
 
 def main() -> None:

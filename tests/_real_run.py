@@ -10,6 +10,7 @@ root and once with a ``file://`` URI root.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 TINY = [
@@ -38,3 +39,13 @@ def train_tiny(storage_root: str, run_name: str = "tiny", extra: list[str] | Non
     argv = [f"storage_root={storage_root}", f"run_name={run_name}", *TINY, *(extra or [])]
     cfg = compose_config("default", argv)
     return train(cfg, argv)
+
+
+def run_files(folder: Path) -> set[str]:
+    """Relative names of a run folder's files (TensorBoard event names vary: one name)."""
+    out = set()
+    for p in Path(folder).rglob("*"):
+        if p.is_file():
+            rel = p.relative_to(folder).as_posix()
+            out.add("tensorboard/events" if rel.startswith("tensorboard/") else rel)
+    return out

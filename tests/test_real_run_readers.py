@@ -62,3 +62,34 @@ def test_predict_loads_a_real_run(real_run, capsys):
     args = [f"ckpt={real_run['run_dir']}", "head=A::0", "relation=t0", "topk=2"]
     assert run_cli(_main, args) == 0
     assert "A::0" in capsys.readouterr().out
+
+
+def test_a_file_uri_root_writes_the_same_run_folder_as_a_local_root(real_run, real_run_uri):
+    """storage_root=file:///abs: nothing under the working dir (no ./file:/...), the dataset
+    and the run under the URI's folder, the same files as a local root, the same numbers."""
+    assert list(Path(real_run_uri["cwd"]).iterdir()) == []
+    assert real_run_uri["run_dir"] == real_run_uri["root"] + "/runs/tiny"
+    base = Path(real_run_uri["base"])
+    assert (base / "datasets" / "rk300" / "manifest.json").is_file()
+    assert real_run_uri["files"] == real_run["files"]
+    assert {"metrics.csv", "results.json", "ranks_test_all.parquet"} <= real_run["files"]
+    assert {"tensorboard/events", "checkpoints/best/manifest.json"} <= real_run["files"]
+    assert real_run_uri["test"]["mrr"] == real_run["test"]["mrr"]  # deterministic tiny run
+
+
+def test_readers_take_a_file_uri(real_run_uri, capsys):
+    from cmpnn_dist.evaluate import _main as evaluate_main
+    from cmpnn_dist.predict import Predictor
+    from cmpnn_dist.report import _main as report_main
+
+    run = real_run_uri["run_dir"]
+    assert run_cli(report_main, [run]) == 0
+    assert _last_json(capsys.readouterr().out)["summary"]["steps"] == 20
+    assert run_cli(evaluate_main, [f"ckpt={run}/checkpoints/best"]) == 0
+    out = _last_json(capsys.readouterr().out)
+    assert out["test"]["mrr"] == pytest.approx(real_run_uri["test"]["mrr"], abs=1e-6)
+    assert out["run_dir"] == run
+    p = Predictor.from_checkpoint(run, device="cpu")
+    assert len(p.predict(head="A::0", relation="t0", topk=2)) == 2
+    local = Path(real_run_uri["base"]) / "runs" / "tiny"
+    assert (local / "plots" / "validation.png").is_file() and (local / "eval_all.json").is_file()

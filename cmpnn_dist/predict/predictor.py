@@ -117,7 +117,8 @@ class Predictor:
             # where it trained does not matter here (a CUDA run can predict on a laptop)
             kind = "auto" if device is None else str(device).split(":")[0]
             overrides.append(f"train.device={kind if kind in ('cpu', 'cuda') else 'auto'}")
-        model, cfg, ds = load_model(Path(path).expanduser(), overrides, weights)
+        where = str(path) if "://" in str(path) else Path(path).expanduser()
+        model, cfg, ds = load_model(where, overrides, weights)
         if device is None:
             use_cuda = torch.cuda.is_available() and cfg.train.device != "cpu"
             device = "cuda" if use_cuda else "cpu"
