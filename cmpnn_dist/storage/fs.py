@@ -123,6 +123,9 @@ def delete_dir(location: Location) -> None:
 
 def move(src: Location, dst: Location) -> None:
     """Rename ``src`` to ``dst`` (a rename on local and ``file://`` filesystems)."""
+    if not is_uri(src) and not is_uri(dst):
+        os.replace(local_path(src), local_path(dst))
+        return
     fs, a = filesystem(src)
     _, b = filesystem(dst)
     fs.move(a, b)

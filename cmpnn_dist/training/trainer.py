@@ -102,6 +102,7 @@ class Trainer:
         self._minutes = getattr(cfg.checkpoint, "every_minutes", None)
         self._last_save = time.monotonic()
         self._time_due = False
+        self._said_no_valid = False
 
     def graph(self, g: Any) -> Any:
         """``g`` on the training device, cached (keeps Graph's lookup caches alive)."""
@@ -231,6 +232,10 @@ class Trainer:
         self.last_valid_mrr = metrics.get("mrr")
         if not metrics:  # nothing ranked: finish() keeps the last weights
             self.best_state, self.best_valid, self.best_step = None, {}, self.step
+            if self.ctx.is_main and not self._said_no_valid:
+                self._said_no_valid = True
+                why = "eval.splits has no valid" if len(valid.queries) else "no valid facts"
+                _say(f"no validation ({why}): checkpoints/best holds the last weights")
         elif self.best_step is None or mrr > self.best_valid.get("mrr", float("-inf")):
             self.best_state = _state_copy(self.model)
             self.best_valid, self.best_step = dict(metrics), self.step
