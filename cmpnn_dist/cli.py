@@ -226,6 +226,15 @@ def run_cli(main: Callable[[list[str]], dict[str, Any]], argv: Sequence[str] | N
     except _user_errors() as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C outside a training loop: nothing to checkpoint
+        print("interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
+    except BaseException as exc:
+        status = getattr(exc, "exit_status", None)  # training.interrupt.TrainingInterrupted
+        if not isinstance(status, int):
+            raise
+        print(str(exc), file=sys.stderr, flush=True)
+        return status
     print(json.dumps(result, default=_jsonable), flush=True)
     return 0
 

@@ -37,7 +37,8 @@ def train(cfg: Config, argv: Sequence[str] = ()) -> dict[str, Any]:
     rf.check_storage_root(cfg.storage_root)
     path = ensure_dataset(cfg)  # missing data is one error line, before any run is announced
     run = rf.run_folder(cfg.storage_root, cfg.run_name)
-    for line in rf.banner(run, cfg.storage_root, argv, cfg.run_name):
+    lines = rf.banner(run, cfg.storage_root, argv, cfg.run_name)
+    for line in lines:
         print(line, file=sys.stderr, flush=True)
     if cfg.cluster.num_workers > 0:
         from cmpnn_dist.distributed import run_distributed
@@ -49,9 +50,14 @@ def train(cfg: Config, argv: Sequence[str] = ()) -> dict[str, Any]:
     from cmpnn_dist.training.loop import fit
 
     data = load_train_data(open_dataset(path))
+    from cmpnn_dist.training.interrupt import TrainingInterrupted
+
     existed = rf.exists(run)
     try:
         result = fit(cfg, data, run_dir=run)
+    except TrainingInterrupted as exc:  # Ctrl-C / SIGTERM: checkpointed; one line, 130 / 143
+        exc.resume = lines[1].removeprefix("resume with: ")
+        raise
     except BaseException:
         rf.remove_failed_start(run, existed)  # a start that left no checkpoint leaves no folder
         raise

@@ -24,6 +24,7 @@ from .builders import autocast, build_loss, build_lr_scheduler, build_optimizer
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .context import TrainContext
 from .data import TrainData
+from .interrupt import StopRequests, TrainingInterrupted
 from .resume_keys import check_resume
 from .rng import capture_rng_state, restore_rng_state
 from .sampler import QuerySampler
@@ -285,6 +286,9 @@ class Trainer:
         every = cfg.checkpoint.every_steps
         bar = _progress(tc.progress and ctx.is_main, total, self.step)
         t0, recent = time.perf_counter(), []
+        stop = StopRequests() if ctx.world_size == 1 else None  # Ray workers: Ray's handling
+        if stop is not None:
+            stop.__enter__()
         try:
             while self.step < total:
                 epoch = self.sampler.epoch
@@ -298,7 +302,8 @@ class Trainer:
                 row = {"kind": "train", "step": self.step, "epoch": epoch, "loss": loss, "lr": lr}
                 row["time_s"] = round(time.perf_counter() - t0, 3)
                 ckpt = None
-                due = bool(every and self.step % every == 0) or self._time_due
+                stopping = stop is not None and stop.signum is not None
+                due = bool(every and self.step % every == 0) or self._time_due or stopping
                 if due and not epoch_end and self.step < total:
                     self.history.append(row)
                     ckpt = self.save()
@@ -310,6 +315,8 @@ class Trainer:
                     self.history.append(vrow)
                     ckpt = self.save()  # holds vrow in its history
                     ctx.report(vrow, ckpt)
+                if stopping and self.step < total:  # this step's checkpoint is published
+                    raise TrainingInterrupted(stop.signum, self.step, _published(ctx, ckpt))
                 bar.update(1)
                 if self.step % max(tc.log_every, 1) == 0 or epoch_end:
                     mean = sum(recent) / len(recent)
@@ -320,6 +327,8 @@ class Trainer:
                     self.on_step(self.step)
         finally:
             bar.close()
+            if stop is not None:
+                stop.__exit__(None, None, None)
         return self.finish()
 
     def finish(self) -> FitResult:
@@ -360,6 +369,16 @@ def _say(line: str) -> None:
     from tqdm.auto import tqdm
 
     tqdm.write(line, file=sys.stderr)
+
+
+def _published(ctx: TrainContext, ckpt: Path | None) -> str | None:
+    """Where checkpoint ``ckpt`` (written at a local path) was published."""
+    if ckpt is None:
+        return None
+    uri = getattr(ctx, "run_uri", None)
+    if uri is not None and "://" in str(uri):
+        return f"{uri}/checkpoints/{Path(ckpt).name}"
+    return str(ckpt)
 
 
 def _public_run_dir(ctx: TrainContext) -> Any:
