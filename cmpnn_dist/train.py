@@ -53,14 +53,18 @@ def train(cfg: Config, argv: Sequence[str] = ()) -> dict[str, Any]:
     from cmpnn_dist.training.interrupt import TrainingInterrupted
 
     existed = rf.exists(run)
+    lock = rf.lock_run(run, cfg.resume)  # one run per folder (resume=false: moved aside first)
     try:
         result = fit(cfg, data, run_dir=run)
     except TrainingInterrupted as exc:  # Ctrl-C / SIGTERM: checkpointed; one line, 130 / 143
         exc.resume = lines[1].removeprefix("resume with: ")
         raise
     except BaseException:
+        lock.release()
         rf.remove_failed_start(run, existed)  # a start that left no checkpoint leaves no folder
         raise
+    finally:
+        lock.release()
     return summarize(result)
 
 
@@ -105,6 +109,10 @@ def _main(argv: list[str]) -> dict[str, Any]:
     special, overrides = split_args(argv, ["conf", "sweep_name"])
     preset = special.get("conf", "default")
     if multirun:
+        if "sweep_name" in special:
+            from cmpnn_dist.config import check_store_name
+
+            check_store_name("sweep_name", special["sweep_name"])
         return sweep(preset, overrides, special.get("sweep_name"))
     if "sweep_name" in special:
         raise UsageError("sweep_name= names a sweep: use it with -m / --multirun")

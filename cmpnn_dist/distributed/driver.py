@@ -148,10 +148,11 @@ def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
     rf.check_storage_root(cfg.storage_root)
     runs = remote.runs_root(cfg.storage_root)
     run_uri = remote.join(runs, cfg.run_name)
-    if not cfg.resume and rf.is_nonempty_dir(run_uri):
-        moved = rf.move_aside(run_uri)
-        print(f"[cmpnn_dist] resume=false: moved the existing run folder to {moved}", flush=True)
-    existed = rf.exists(run_uri)
+    existed = rf.exists(run_uri) and rf.is_nonempty_dir(run_uri)
+    backend = backend_for(cfg)
+    lock = rf.lock_run(run_uri, cfg.resume)  # the driver owns the run folder while it runs
+    if not cfg.resume:
+        existed = False
     result_uri = remote.join(run_uri, RESULT_FILE)
     if remote.exists(result_uri):
         fs, path = remote.filesystem(result_uri)
@@ -159,7 +160,6 @@ def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
     dataset = str(dataset_path)
     if not remote.is_uri(dataset):
         dataset = str(Path(dataset).resolve())
-    backend = backend_for(cfg)
     timeout_s = max(1, math.ceil(cl.collective_timeout_s))
     # Ray Train's own barriers (ray.train.report) get the same bound as torch's collectives
     os.environ["RAY_TRAIN_COLLECTIVE_TIMEOUT_S"] = str(timeout_s)
@@ -167,9 +167,9 @@ def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
     resources = {"CPU": float(cl.cpus_per_worker)}
     if cl.use_gpu:
         resources["GPU"] = float(cl.gpus_per_worker)
-    started = _init_ray(cfg)
-    failed = True
+    started, failed = False, True
     try:
+        started = _init_ray(cfg)
         # on the driver's node, like Ray Train's controller: it outlives the loss of a worker node
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -219,6 +219,7 @@ def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
         failed = False
         return summary
     finally:
+        lock.release()
         if failed:
             rf.remove_failed_start(run_uri, existed)
         if started:
