@@ -10,8 +10,14 @@ root and once with a ``file://`` URI root.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
 
 TINY = [
     "data.name=rk300",
@@ -49,3 +55,35 @@ def run_files(folder: Path) -> set[str]:
             rel = p.relative_to(folder).as_posix()
             out.add("tensorboard/events" if rel.startswith("tensorboard/") else rel)
     return out
+
+
+INTERRUPT_CHILD = textwrap.dedent(
+    """
+    import os, sys
+    from cmpnn_dist.cli import run_cli
+    from cmpnn_dist.train import _main
+    from cmpnn_dist.training.trainer import Trainer
+
+    signum, at = int(sys.argv[1]), int(sys.argv[2])
+    step = Trainer.train_step
+
+    def train_step(self, model):
+        if self.step + 1 == at:
+            os.kill(os.getpid(), signum)  # arrives during step `at`
+        return step(self, model)
+
+    Trainer.train_step = train_step
+    sys.exit(run_cli(_main, sys.argv[3:]))
+    """
+)
+
+
+def interrupt_tiny(cwd: Path, storage_root: str, signum: int, at: int) -> Any:
+    """The tiny run through the CLI in a child process that receives a real ``signum``
+    (SIGINT = Ctrl-C, SIGTERM) from inside training step ``at``."""
+    argv = [f"storage_root={storage_root}", "run_name=tiny", *TINY]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-c", INTERRUPT_CHILD, str(signum), str(at), *argv],
+        capture_output=True, text=True, env=env, cwd=cwd, timeout=300,
+    )  # fmt: skip

@@ -8,56 +8,21 @@ wrapper around ``Trainer.train_step``), so it arrives mid-step exactly as a Ctrl
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
-from _real_run import TINY, train_tiny
+from _real_run import interrupt_tiny, train_tiny
 
 from cmpnn_dist.training.checkpoint import load_checkpoint, read_manifest
-
-REPO = Path(__file__).resolve().parents[1]
-
-CHILD = textwrap.dedent(
-    """
-    import os, sys
-    from cmpnn_dist.cli import run_cli
-    from cmpnn_dist.train import _main
-    from cmpnn_dist.training.trainer import Trainer
-
-    signum, at = int(sys.argv[1]), int(sys.argv[2])
-    step = Trainer.train_step
-
-    def train_step(self, model):
-        if self.step + 1 == at:
-            os.kill(os.getpid(), signum)  # arrives during step `at`
-        return step(self, model)
-
-    Trainer.train_step = train_step
-    sys.exit(run_cli(_main, sys.argv[3:]))
-    """
-)
-
-
-def _interrupt(root: Path, signum: int, at: int) -> subprocess.CompletedProcess:
-    argv = [f"storage_root={root}", "run_name=tiny", *TINY]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        [sys.executable, "-c", CHILD, str(signum), str(at), *argv],
-        capture_output=True, text=True, env=env, cwd=root, timeout=300,
-    )  # fmt: skip
 
 
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_checkpoints_the_current_step_and_resume_is_bit_identical(
     real_run, tmp_path, signum, status
 ):
-    proc = _interrupt(tmp_path, signum, at=7)
+    proc = interrupt_tiny(tmp_path, str(tmp_path), signum, at=7)
     assert proc.returncode == status, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
@@ -79,6 +44,6 @@ def test_a_signal_checkpoints_the_current_step_and_resume_is_bit_identical(
 
 
 def test_a_signal_before_the_first_checkpoint_keeps_the_run_folder(tmp_path):
-    proc = _interrupt(tmp_path, signal.SIGINT, at=2)
+    proc = interrupt_tiny(tmp_path, str(tmp_path), signal.SIGINT, at=2)
     assert proc.returncode == 130 and "Traceback" not in proc.stderr
     assert (tmp_path / "runs" / "tiny" / "checkpoints" / "step_00000002").is_dir()
