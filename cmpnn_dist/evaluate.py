@@ -16,6 +16,7 @@ stdout line is one JSON object with ``run_dir``, ``valid`` and ``test``, as for
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -84,17 +85,10 @@ def config_from_checkpoint(saved: dict[str, Any], overrides: list[str]) -> Confi
 def evaluate_checkpoint(path: str | Path, overrides: list[str], weights: str = "best") -> dict:
     import tempfile
 
-    import torch
-
     from cmpnn_dist.storage import fs, open_dataset
     from cmpnn_dist.training.checkpoint import load_checkpoint
     from cmpnn_dist.training.checkpoint_store import CHECKPOINTS_DIR
     from cmpnn_dist.training.data import load_train_data
-    from cmpnn_dist.training.validation import (
-        check_eval_options,
-        evaluate_splits,
-        model_from_state,
-    )
 
     ckpt = resolve_checkpoint(path)
     state = load_checkpoint(ckpt)
@@ -106,11 +100,62 @@ def evaluate_checkpoint(path: str | Path, overrides: list[str], weights: str = "
         run_loc = run_dir_of(loc)
     else:
         run_loc = loc.rsplit("/", 1)[0] if fs.name(loc) == CHECKPOINTS_DIR else loc
-    # outputs are written to a local folder: the run folder, or for a URI a temporary one
-    # uploaded at the end (the same files either way)
+    # outputs are staged in a temporary folder (inside the run folder when it is local, so
+    # the final renames stay on one filesystem) and published together at the end, the
+    # eval_<protocol>.json last: a killed evaluation leaves no ranks without their summary
     local_run = fs.local_path(run_loc)
-    staged = local_run is None
-    run_dir = Path(tempfile.mkdtemp(prefix="cmpnn-eval-")) if staged else local_run
+    if local_run is not None:
+        local_run.mkdir(parents=True, exist_ok=True)
+        _drop_stale_staging(local_run)
+    run_dir = Path(tempfile.mkdtemp(prefix=f".tmp-eval-pid{os.getpid()}-", dir=local_run))
+    try:
+        out = _evaluate_into(run_dir, run_loc, ckpt, state, cfg, data, dataset, weights)
+        protocol = out["test"].get("protocol") or out["valid"].get("protocol") or "all"
+        summary = f"eval_{protocol}.json"
+        _write_json(run_dir / summary, out)
+        if local_run is None:
+            fs.upload_tree(run_dir, run_loc, last=summary)
+        else:
+            names = sorted(p.name for p in run_dir.iterdir() if p.name != summary)
+            for name in [*names, summary]:
+                os.replace(run_dir / name, local_run / name)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    print(
+        f"evaluated {ckpt} ({protocol} protocol, {cfg.eval.ties} ties): "
+        f"valid mrr {out['valid'].get('mrr', float('nan')):.4f}, "
+        f"test mrr {out['test'].get('mrr', float('nan')):.4f}; ranks in "
+        f"{run_loc}/ranks_<split>_{protocol}.parquet",
+        file=sys.stderr,
+    )
+    return out
+
+
+def _drop_stale_staging(run: Path) -> None:
+    """Delete the staging folders of evaluations whose process is gone (killed)."""
+    import re
+
+    from cmpnn_dist.training.checkpoint_store import _pid_alive
+
+    for p in run.iterdir():
+        m = re.match(r"^\.tmp-eval-pid(\d+)-", p.name)
+        if m and p.is_dir() and not _pid_alive(int(m.group(1))):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _evaluate_into(
+    run_dir: Path, run_loc: str, ckpt: Path, state: dict, cfg: Config, data: Any, dataset: Path,
+    weights: str,
+) -> dict[str, Any]:  # fmt: skip
+    """Rank the splits (in this process or on Ray workers); per-query ranks into ``run_dir``."""
+    import torch
+
+    from cmpnn_dist.training.validation import (
+        check_eval_options,
+        evaluate_splits,
+        model_from_state,
+    )
+
     try:
         check_eval_options(cfg, data)
         sizes = data.num_relations, data.num_nodes, data.inductive
@@ -128,18 +173,6 @@ def evaluate_checkpoint(path: str | Path, overrides: list[str], weights: str = "
             "cuda" if torch.cuda.is_available() and cfg.train.device != "cpu" else "cpu"
         )
         out.update(evaluate_splits(model, data, cfg, device, ranks_dir=run_dir))
-    protocol = out["test"].get("protocol") or out["valid"].get("protocol") or "all"
-    _write_json(run_dir / f"eval_{protocol}.json", out)
-    if staged:
-        fs.upload_tree(run_dir, run_loc)
-        shutil.rmtree(run_dir, ignore_errors=True)
-    print(
-        f"evaluated {ckpt} ({protocol} protocol, {cfg.eval.ties} ties): "
-        f"valid mrr {out['valid'].get('mrr', float('nan')):.4f}, "
-        f"test mrr {out['test'].get('mrr', float('nan')):.4f}; ranks in "
-        f"{run_loc}/ranks_<split>_{protocol}.parquet",
-        file=sys.stderr,
-    )
     return out
 
 
