@@ -144,10 +144,13 @@ def ensure_dataset(cfg: Config, progress: bool = True) -> Path:
     UsageError unless ``data.allow_missing_source=true``; ``data.rebuild=true`` forces a
     rebuild.  See :mod:`cmpnn_dist.convert.source`.
     """
+    from cmpnn_dist.convert import SOURCES
     from cmpnn_dist.convert.source import BuildSpec, build, plan
     from cmpnn_dist.storage import StorageError
 
     d = cfg.data
+    if d.source not in SOURCES:  # before anything is printed or built
+        raise UsageError(f"data.source={d.source!r} is unknown; known: {', '.join(SOURCES)}")
     path = dataset_path(cfg)
     wanted = BuildSpec.make(
         d.source,
@@ -219,7 +222,11 @@ def run_cli(main: Callable[[list[str]], dict[str, Any]], argv: Sequence[str] | N
     ``--help`` prints :func:`help_text` of ``main``'s module instead."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(arg in ("-h", "--help") for arg in argv):
-        print(help_text(sys.modules[main.__module__].__doc__))
+        module = sys.modules[main.__module__]
+        if getattr(module, "HELP_CONFIG_KEYS", True):
+            print(help_text(module.__doc__))
+        else:  # a command without config keys (wl, report): its own usage only
+            print((module.__doc__ or "").strip())
         return 0
     try:
         result = main(argv)

@@ -26,6 +26,8 @@ from typing import Any
 
 from cmpnn_dist.cli import UsageError, run_cli
 
+HELP_CONFIG_KEYS = False  # --help: this module's usage, not the training keys
+
 # metrics drawn on the validation plot (all in [0, 1]); mean rank and counts are not
 UNIT_METRICS = ("mrr", "hits@1", "hits@3", "hits@10", "hits@10_50", "accuracy")
 # text columns of metrics.csv: how a split was ranked (``valid_protocol=all``,

@@ -184,7 +184,16 @@ def load_checkpoint(dir: Path, map_location: str | torch.device = "cpu") -> dict
         with open(path, "rb") as f:
             return torch.load(f, map_location=map_location, weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unpickling failure is a corrupt file
-        raise CheckpointError(f"{path}: cannot be loaded ({type(e).__name__}: {e})") from None
+        import pickle
+
+        lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+        first = lines[0] if lines else type(e).__name__
+        if isinstance(e, pickle.UnpicklingError):  # weights_only refused an object
+            first = (
+                "refused: it holds objects that safe loading (torch.load weights_only=True) "
+                "does not accept -- not a checkpoint written by cmpnn_dist, or altered"
+            )
+        raise CheckpointError(f"{path}: cannot be loaded ({type(e).__name__}: {first})") from None
 
 
 def list_checkpoints(root: Path) -> list[tuple[int, Path]]:

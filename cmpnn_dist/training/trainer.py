@@ -71,7 +71,21 @@ class Trainer:
         ).to(self.device)
         self.optimizer = build_optimizer(cfg, self.model)
         self.loss_fn = build_loss(cfg)
-        self.sampler = QuerySampler(
+        try:
+            self.sampler = self._sampler(data, ctx)
+        except ValueError as exc:  # too few facts for a batch...: the config, one line
+            from cmpnn_dist.config import ConfigError
+
+            raise ConfigError(str(exc)) from None
+        self.total_steps = self.sampler.steps_per_epoch * tc.epochs
+        if tc.max_steps is not None:
+            self.total_steps = min(self.total_steps, tc.max_steps)
+        self.scheduler = build_lr_scheduler(cfg, self.optimizer, self.total_steps)
+        self._init_state()
+
+    def _sampler(self, data: TrainData, ctx: TrainContext) -> QuerySampler:
+        tc = self.cfg.train
+        return QuerySampler(
             data.train.queries,
             data.num_nodes,
             data.num_relations,
@@ -84,10 +98,9 @@ class Trainer:
             node_types=data.train.node_types,
             negatives=str(getattr(tc.negatives, "value", tc.negatives)),
         )
-        self.total_steps = self.sampler.steps_per_epoch * tc.epochs
-        if tc.max_steps is not None:
-            self.total_steps = min(self.total_steps, tc.max_steps)
-        self.scheduler = build_lr_scheduler(cfg, self.optimizer, self.total_steps)
+
+    def _init_state(self) -> None:
+        cfg = self.cfg
         self._graphs: dict[int, Any] = {}
         self.history: list[dict[str, Any]] = []
         self.best_state: dict[str, torch.Tensor] | None = None
