@@ -58,4 +58,6 @@ def test_the_readme_flow(real_run, tmp_path, capsys, monkeypatch, uri):
     assert run_cli(predict, args) == 0
     printed = capsys.readouterr().out
     assert "A::0" in printed and picture.read_bytes()[:4] == b"\x89PNG"
+    table = printed.strip().splitlines()[:-1]  # the last line is the JSON summary
+    assert "  #1  " in printed and max(map(len, table)) <= 160  # one path per line
     assert list(cwd.iterdir()) == []  # nothing under the working directory (no ./file:/...)
