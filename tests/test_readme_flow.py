@@ -59,5 +59,6 @@ def test_the_readme_flow(real_run, tmp_path, capsys, monkeypatch, uri):
     printed = capsys.readouterr().out
     assert "A::0" in printed and picture.read_bytes()[:4] == b"\x89PNG"
     table = printed.strip().splitlines()[:-1]  # the last line is the JSON summary
-    assert "  #1  " in printed and max(map(len, table)) <= 160  # one path per line
+    assert "paths to tail rank 1 (A::0, t0, " in printed  # then one path per line
+    assert max(map(len, table)) <= 160
     assert list(cwd.iterdir()) == []  # nothing under the working directory (no ./file:/...)
