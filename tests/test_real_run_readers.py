@@ -93,3 +93,25 @@ def test_readers_take_a_file_uri(real_run_uri, capsys):
     assert len(p.predict(head="A::0", relation="t0", topk=2)) == 2
     local = Path(real_run_uri["base"]) / "runs" / "tiny"
     assert (local / "plots" / "validation.png").is_file() and (local / "eval_all.json").is_file()
+
+
+def test_predict_on_an_inductive_run_points_to_graph_test(tmp_path, capsys):
+    """A test-graph entity asked on the training graph of an inductive model: one line that
+    says graph=test (not a 'closest' training entity); with graph=test it is answered."""
+    from _real_run import train_tiny
+
+    from cmpnn_dist.predict import Predictor
+    from cmpnn_dist.predict.__main__ import _main
+
+    extra = ["data.name=rki", "data.source=synthetic:rule_kg_inductive"]
+    out = train_tiny(str(tmp_path), "ind", extra)
+    p = Predictor.from_checkpoint(out["run_dir"], device="cpu", graph="test")
+    train_names = set(Predictor.from_checkpoint(out["run_dir"], device="cpu").entities.names)
+    name = next(n for n in p.entities.names if n not in train_names)
+    args = [f"ckpt={out['run_dir']}", f"head={name}", "relation=t0", "topk=2"]
+    capsys.readouterr()
+    assert run_cli(_main, args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: unknown entity {name!r}; it is an entity of the test graph")
+    assert "graph=test" in err and "closest" not in err
+    assert run_cli(_main, [*args, "graph=test"]) == 0

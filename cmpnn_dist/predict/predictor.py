@@ -89,7 +89,15 @@ class Predictor:
         gd = dataset.graph_data(graph)
         self.graph = gd.graph().to(self.device)
         self.num_relations = int(dataset.num_relations)
-        self.entities = NameIndex(gd.entity_names, "entity")
+        elsewhere = None
+        if graph == "train" and "test" in dataset.graph_names and bool(dataset.inductive):
+            test_names = set(dataset.graph_data("test").entity_names)
+            elsewhere = (
+                test_names,
+                "it is an entity of the test graph of this inductive dataset, which the model "
+                "was not trained on: add graph=test to answer on that graph",
+            )
+        self.entities = NameIndex(gd.entity_names, "entity", elsewhere)
         self.relations = NameIndex(dataset.relation_names, "relation")
         self.batch_size = max(1, int(batch_size))
         self.known_index = {s: AnswerIndex(_split_facts(gd, s), self.num_relations) for s in SPLITS}
