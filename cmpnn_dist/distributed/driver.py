@@ -103,8 +103,34 @@ def _init_ray(cfg: Any) -> bool:
         num_cpus = max(os.cpu_count() or 1, math.ceil(need))
         # address="local": a new Ray here, never a cluster someone else started on this machine
         # (a bare ray.init() would join the one named in /tmp/ray/ray_current_cluster)
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
+        try:
+            ray.init(
+                address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True
+            )
+        except Exception as exc:  # a start-up timeout, a full /tmp...: one line and a hint
+            ray.shutdown()
+            raise DistributedTrainingError(
+                f"could not start a local Ray cluster ({type(exc).__name__}: "
+                f"{_first_lines(str(exc), 1) or exc!r}); a busy or small machine may need "
+                "RAY_raylet_start_wait_time_s=120, a full /tmp a RAY_TMPDIR elsewhere, or "
+                "cluster.address= an existing cluster"
+            ) from None
+        _start_reaper()
     return True
+
+
+def _start_reaper() -> None:
+    """Watch the Ray processes this driver started: they are stopped if it dies unannounced
+    (SIGKILL) without ``ray.shutdown()`` (see :mod:`.reaper`)."""
+    try:
+        import ray
+
+        from .reaper import start_reaper
+
+        session = ray._private.worker._global_node.get_session_dir_path()
+        start_reaper(session)
+    except Exception as exc:  # noqa: BLE001 - the watcher is a safety net, never fatal
+        logger.warning("not watching the Ray processes for cleanup: %s", exc)
 
 
 def _worker_env() -> dict[str, str]:
