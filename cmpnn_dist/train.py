@@ -131,6 +131,16 @@ def sweep(preset: str, overrides: list[str], name: str | None) -> dict[str, Any]
     except Exception as exc:  # Hydra's grammar errors: one line
         raise UsageError(f"bad sweep override: {' '.join(str(exc).split())}") from exc
     configs = [compose_config(preset, [*fixed, *cell.overrides]) for cell in cells]
+    from cmpnn_dist.storage import fs
+
+    for c in configs:  # the sweep reads its cells' results.json from the storage root
+        local = fs.local_path(c.storage_root)
+        if local is None:
+            raise UsageError(
+                f"storage_root={c.storage_root}: a sweep needs a local or file:// storage root "
+                "(its cells' results are read back from it); run single runs on this URI"
+            )
+        c.storage_root = str(local)
     if any(c.cluster.num_workers for c in configs):
         raise UsageError(
             "a sweep runs each cell in one Ray Tune trial: cluster.num_workers must be 0 "

@@ -107,3 +107,10 @@ def test_a_resume_with_a_changed_key_is_one_line(real_run, tmp_path, capsys, key
     assert run_cli(train_main, argv) == 2
     line = _one_error(capsys)
     assert f"{key.split('=')[0]}: " in line and "in the checkpoint" in line
+
+
+def test_a_sweep_on_a_remote_uri_root_is_one_line(tmp_path, capsys):
+    argv = ["-m", "storage_root=s3://bucket/x", "train.seed=0,1"]
+    assert run_cli(train_main, argv) == 2
+    line = _one_error(capsys)
+    assert "storage_root=s3://bucket/x: a sweep needs a local or file:// storage root" in line
