@@ -108,7 +108,16 @@ def _one_line(exc: BaseException) -> str:
 
 
 def dataset_path(cfg: Config) -> Path:
-    return Path(cfg.storage_root).expanduser().resolve() / "datasets" / cfg.data.name
+    """``<storage_root>/datasets/<data.name>`` as a local folder (a ``file://`` root is its
+    path; under another URI root the dataset is built in the local cache folder, which every
+    worker on this machine reads)."""
+    from cmpnn_dist.distributed.remote import default_cache_dir
+    from cmpnn_dist.storage import fs
+
+    root = fs.local_path(cfg.storage_root)
+    if root is None:
+        root = default_cache_dir()
+    return root / "datasets" / cfg.data.name
 
 
 _MISSING_DATA_HINTS = {
@@ -135,10 +144,13 @@ def ensure_dataset(cfg: Config, progress: bool = True) -> Path:
     UsageError unless ``data.allow_missing_source=true``; ``data.rebuild=true`` forces a
     rebuild.  See :mod:`cmpnn_dist.convert.source`.
     """
+    from cmpnn_dist.convert import SOURCES
     from cmpnn_dist.convert.source import BuildSpec, build, plan
     from cmpnn_dist.storage import StorageError
 
     d = cfg.data
+    if d.source not in SOURCES:  # before anything is printed or built
+        raise UsageError(f"data.source={d.source!r} is unknown; known: {', '.join(SOURCES)}")
     path = dataset_path(cfg)
     wanted = BuildSpec.make(
         d.source,
@@ -210,13 +222,26 @@ def run_cli(main: Callable[[list[str]], dict[str, Any]], argv: Sequence[str] | N
     ``--help`` prints :func:`help_text` of ``main``'s module instead."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(arg in ("-h", "--help") for arg in argv):
-        print(help_text(sys.modules[main.__module__].__doc__))
+        module = sys.modules[main.__module__]
+        if getattr(module, "HELP_CONFIG_KEYS", True):
+            print(help_text(module.__doc__))
+        else:  # a command without config keys (wl, report): its own usage only
+            print((module.__doc__ or "").strip())
         return 0
     try:
         result = main(argv)
     except _user_errors() as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C outside a training loop: nothing to checkpoint
+        print("interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
+    except BaseException as exc:
+        status = getattr(exc, "exit_status", None)  # training.interrupt.TrainingInterrupted
+        if not isinstance(status, int):
+            raise
+        print(str(exc), file=sys.stderr, flush=True)
+        return status
     print(json.dumps(result, default=_jsonable), flush=True)
     return 0
 

@@ -249,12 +249,34 @@ def validate_section(obj: Any, prefix: str) -> None:
             _check_field(key, value, f.metadata)
 
 
+def check_store_name(key: str, value: str, nested: bool = False) -> None:
+    """A name that becomes a folder inside the store (``run_name``, ``data.name``,
+    ``sweep_name``) stays inside it: not empty, no ``\\``, no part that is ``.``, ``..`` or
+    starts with ``.`` (hidden folders are the store's temporary ones), no NUL; ``/`` only
+    where ``nested`` (a sweep cell's ``run_name`` is ``<sweep>/<cell>``), never leading."""
+    parts = str(value).split("/") if nested else [str(value)]
+    bad = (
+        not str(value)
+        or "\\" in str(value)
+        or "\0" in str(value)
+        or any(not p or p.startswith(".") or (not nested and "/" in p) for p in parts)
+    )
+    if bad:
+        raise ConfigError(
+            f"{key}={value!r} must be a plain folder name inside the store (no path "
+            "separators, no '..', not absolute, not starting with '.')"
+        )
+
+
 def validate(cfg: Config) -> None:
     """All value checks of a composed config; raises :class:`ConfigError` naming the key.
 
     Field ranges come from the schema (:func:`option`, :func:`number`); below are the checks
     that join several fields or look at this machine (CUDA, Triton, torch-scatter)."""
     validate_section(cfg, "")
+    check_store_name("data.name", cfg.data.name)
+    if cfg.run_name is not None:
+        check_store_name("run_name", cfg.run_name, nested=True)
     workers = max(cfg.cluster.num_workers, 1)
     if cfg.train.batch_size % workers:
         raise ConfigError(

@@ -16,6 +16,8 @@ stdout line is one JSON object with ``run_dir``, ``valid`` and ``test``, as for
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,14 +32,24 @@ from cmpnn_dist.cli import UsageError, ensure_dataset, run_cli, split_args  # no
 from cmpnn_dist.config import Config, validate  # noqa: E402
 
 
-def resolve_checkpoint(path: Path) -> Path:
-    """A checkpoint folder, or the newest valid one of a run folder (or its ``checkpoints``)."""
-    from cmpnn_dist.training.checkpoint_store import CHECKPOINTS_DIR, CheckpointStore
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint folder, or the newest valid one of a run folder (or its ``checkpoints``);
+    a local path or a URI (a URI's checkpoint is fetched into a local scratch folder).
+    ``<run>/checkpoints/best`` left half-updated by a kill is repaired first."""
+    from cmpnn_dist.storage import fs
+    from cmpnn_dist.training.checkpoint_store import BEST_DIR, CHECKPOINTS_DIR, CheckpointStore
 
-    if (path / "manifest.json").is_file():
-        return path
-    run = path.parent if path.name == CHECKPOINTS_DIR else path
-    found = CheckpointStore(run).find_latest() if path.is_dir() else None
+    loc = fs.normalize(path)
+    parent = loc.rsplit("/", 1)[0]
+    if fs.name(loc) == BEST_DIR and fs.name(parent) == CHECKPOINTS_DIR:
+        CheckpointStore(parent.rsplit("/", 1)[0]).repair_best()
+    if fs.is_file(fs.join(loc, "manifest.json")):
+        local = fs.local_path(loc)
+        if local is not None:
+            return local
+        return CheckpointStore(parent, scratch_tag="eval").local(loc)
+    run = parent if fs.name(loc) == CHECKPOINTS_DIR else loc
+    found = CheckpointStore(run, scratch_tag="eval").find_latest() if fs.is_dir(loc) else None
     if found is None:
         raise UsageError(
             f"no valid checkpoint at {path} (expected a checkpoint, run or checkpoints folder)"
@@ -45,11 +57,13 @@ def resolve_checkpoint(path: Path) -> Path:
     return found.path
 
 
-def run_dir_of(ckpt: Path) -> Path:
+def run_dir_of(ckpt: str | Path) -> str:
     """The run folder of checkpoint folder ``ckpt`` (``<run>/checkpoints/<name>``)."""
+    from cmpnn_dist.storage import fs
     from cmpnn_dist.training.checkpoint_store import CHECKPOINTS_DIR
 
-    return ckpt.parent.parent if ckpt.parent.name == CHECKPOINTS_DIR else ckpt.parent
+    parent = fs.normalize(ckpt).rsplit("/", 1)[0]
+    return parent.rsplit("/", 1)[0] if fs.name(parent) == CHECKPOINTS_DIR else parent
 
 
 def config_from_checkpoint(saved: dict[str, Any], overrides: list[str]) -> Config:
@@ -68,31 +82,89 @@ def config_from_checkpoint(saved: dict[str, Any], overrides: list[str]) -> Confi
     return cfg
 
 
-def evaluate_checkpoint(path: Path, overrides: list[str], weights: str = "best") -> dict:
-    import torch
+def evaluate_checkpoint(path: str | Path, overrides: list[str], weights: str = "best") -> dict:
+    import tempfile
 
-    from cmpnn_dist.storage import open_dataset
+    from cmpnn_dist.storage import fs, open_dataset
     from cmpnn_dist.training.checkpoint import load_checkpoint
+    from cmpnn_dist.training.checkpoint_store import CHECKPOINTS_DIR
     from cmpnn_dist.training.data import load_train_data
-    from cmpnn_dist.training.validation import (
-        check_eval_options,
-        evaluate_splits,
-        model_from_state,
-    )
 
     ckpt = resolve_checkpoint(path)
     state = load_checkpoint(ckpt)
     cfg = config_from_checkpoint(state.get("config", {}), overrides)
     dataset = ensure_dataset(cfg)
     data = load_train_data(open_dataset(dataset))
-    run_dir = run_dir_of(ckpt)
+    loc = fs.normalize(path)
+    if fs.is_file(fs.join(loc, "manifest.json")):
+        run_loc = run_dir_of(loc)
+    else:
+        run_loc = loc.rsplit("/", 1)[0] if fs.name(loc) == CHECKPOINTS_DIR else loc
+    # outputs are staged in a temporary folder (inside the run folder when it is local, so
+    # the final renames stay on one filesystem) and published together at the end, the
+    # eval_<protocol>.json last: a killed evaluation leaves no ranks without their summary
+    local_run = fs.local_path(run_loc)
+    if local_run is not None:
+        local_run.mkdir(parents=True, exist_ok=True)
+        _drop_stale_staging(local_run)
+    run_dir = Path(tempfile.mkdtemp(prefix=f".tmp-eval-pid{os.getpid()}-", dir=local_run))
+    try:
+        out = _evaluate_into(run_dir, run_loc, ckpt, state, cfg, data, dataset, weights)
+        protocol = out["test"].get("protocol") or out["valid"].get("protocol") or "all"
+        summary = f"eval_{protocol}.json"
+        _write_json(run_dir / summary, out)
+        if local_run is None:
+            fs.upload_tree(run_dir, run_loc, last=summary)
+        else:
+            names = sorted(p.name for p in run_dir.iterdir() if p.name != summary)
+            for name in [*names, summary]:
+                os.replace(run_dir / name, local_run / name)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    # the tie rule the metrics were computed under (ogb's Evaluator always averages)
+    ties = out["test"].get("ties") or out["valid"].get("ties") or cfg.eval.ties
+    print(
+        f"evaluated {ckpt} ({protocol} protocol, {ties} ties): "
+        f"valid mrr {out['valid'].get('mrr', float('nan')):.4f}, "
+        f"test mrr {out['test'].get('mrr', float('nan')):.4f}; ranks in "
+        f"{run_loc}/ranks_<split>_{protocol}.parquet",
+        file=sys.stderr,
+    )
+    return out
+
+
+def _drop_stale_staging(run: Path) -> None:
+    """Delete the staging folders of evaluations whose process is gone (killed)."""
+    import re
+
+    from cmpnn_dist.training.checkpoint_store import _pid_alive
+
+    for p in run.iterdir():
+        m = re.match(r"^\.tmp-eval-pid(\d+)-", p.name)
+        if m and p.is_dir() and not _pid_alive(int(m.group(1))):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _evaluate_into(
+    run_dir: Path, run_loc: str, ckpt: Path, state: dict, cfg: Config, data: Any, dataset: Path,
+    weights: str,
+) -> dict[str, Any]:  # fmt: skip
+    """Rank the splits (in this process or on Ray workers); per-query ranks into ``run_dir``."""
+    import torch
+
+    from cmpnn_dist.training.validation import (
+        check_eval_options,
+        evaluate_splits,
+        model_from_state,
+    )
+
     try:
         check_eval_options(cfg, data)
         sizes = data.num_relations, data.num_nodes, data.inductive
         model = model_from_state(cfg, state, weights, *sizes)
     except ValueError as exc:
         raise UsageError(f"{ckpt}: {exc}") from exc
-    out: dict[str, Any] = {"run_dir": str(run_dir), "checkpoint": str(ckpt)}
+    out: dict[str, Any] = {"run_dir": run_loc, "checkpoint": str(ckpt)}
     if cfg.cluster.num_workers > 0:
         from cmpnn_dist.distributed.evaluation import run_distributed_evaluation
 
@@ -103,15 +175,6 @@ def evaluate_checkpoint(path: Path, overrides: list[str], weights: str = "best")
             "cuda" if torch.cuda.is_available() and cfg.train.device != "cpu" else "cpu"
         )
         out.update(evaluate_splits(model, data, cfg, device, ranks_dir=run_dir))
-    protocol = out["test"].get("protocol") or out["valid"].get("protocol") or "all"
-    _write_json(run_dir / f"eval_{protocol}.json", out)
-    print(
-        f"evaluated {ckpt} ({protocol} protocol, {cfg.eval.ties} ties): "
-        f"valid mrr {out['valid'].get('mrr', float('nan')):.4f}, "
-        f"test mrr {out['test'].get('mrr', float('nan')):.4f}; ranks in "
-        f"{run_dir}/ranks_<split>_{protocol}.parquet",
-        file=sys.stderr,
-    )
     return out
 
 
@@ -133,7 +196,10 @@ def _main(argv: list[str]) -> dict[str, Any]:
     weights = special.get("weights", "best")
     if weights not in ("best", "last"):
         raise UsageError(f"weights={weights!r}: choose best or last")
-    return evaluate_checkpoint(Path(special["ckpt"]).expanduser(), overrides, weights)
+    ckpt = special["ckpt"]
+    return evaluate_checkpoint(
+        ckpt if "://" in ckpt else Path(ckpt).expanduser(), overrides, weights
+    )
 
 
 def main() -> None:

@@ -2,7 +2,8 @@
 
 ``metrics.csv`` (written by :class:`cmpnn_dist.training.context.LocalContext` and the Ray
 driver) has one row per history entry: ``kind`` = ``train`` (``step, epoch, loss, lr,
-time_s``), ``valid`` (``valid_mrr``, ``valid_hits@k``, ...) or ``test`` (``test_*``).
+time_s``), ``valid`` (``valid_mrr``, ``valid_hits@k``, ...) or ``test`` (``test_*``); the
+``*_protocol`` / ``*_ties`` columns are text (how the split was ranked), the rest numbers.
 
 Writes, into ``RUN_DIR/plots/`` (each file written to a temporary name, then renamed):
 
@@ -25,8 +26,13 @@ from typing import Any
 
 from cmpnn_dist.cli import UsageError, run_cli
 
+HELP_CONFIG_KEYS = False  # --help: this module's usage, not the training keys
+
 # metrics drawn on the validation plot (all in [0, 1]); mean rank and counts are not
 UNIT_METRICS = ("mrr", "hits@1", "hits@3", "hits@10", "hits@10_50", "accuracy")
+# text columns of metrics.csv: how a split was ranked (``valid_protocol=all``,
+# ``test_ties=pessimistic``); every other column but ``kind`` is a number
+TEXT_SUFFIXES = ("_protocol", "_ties")
 
 
 def read_metrics(path: Path) -> dict[str, list[dict[str, Any]]]:
@@ -42,8 +48,11 @@ def read_metrics(path: Path) -> dict[str, list[dict[str, Any]]]:
                 for key, value in raw.items():
                     if key is None or value in (None, ""):
                         continue
+                    if key == "kind" or key.endswith(TEXT_SUFFIXES):
+                        row[key] = value
+                        continue
                     try:
-                        row[key] = value if key == "kind" else float(value)
+                        row[key] = float(value)
                     except ValueError:
                         raise UsageError(
                             f"{path}: line {lineno}: {key}={value!r} is not a number"
@@ -234,7 +243,33 @@ def report(run_dir: Path) -> dict[str, Any]:
 def _main(argv: list[str]) -> dict[str, Any]:
     if len(argv) != 1 or argv[0].startswith("-"):
         raise UsageError("usage: python -m cmpnn_dist.report RUN_DIR  (a storage/runs/<name>)")
-    return report(Path(argv[0]).expanduser())
+    return report_location(argv[0])
+
+
+def report_location(location: str) -> dict[str, Any]:
+    """:func:`report` of a run folder given as a local path or a URI (the URI's metrics.csv is
+    fetched into a temporary folder and the plots uploaded to ``<run>/plots/``)."""
+    import shutil
+    import tempfile
+
+    from cmpnn_dist.storage import fs
+
+    local = fs.local_path(location)
+    if local is not None:
+        return report(local)
+    csv_uri = fs.join(location, "metrics.csv")
+    if not fs.is_file(csv_uri):
+        raise UsageError(f"{location} has no metrics.csv; pass a run folder of a run that logged")
+    tmp = Path(tempfile.mkdtemp(prefix="cmpnn-report-"))
+    try:
+        (tmp / "metrics.csv").write_text(fs.read_text(csv_uri))
+        out = report(tmp)
+        fs.upload_tree(tmp / "plots", fs.join(location, "plots"))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    out["run_dir"] = location
+    out["plots"] = [fs.join(location, "plots", Path(p).name) for p in out["plots"]]
+    return out
 
 
 def main() -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from cmpnn_dist.openmp_env import set_openmp_defaults
@@ -38,7 +37,8 @@ def train(cfg: Config, argv: Sequence[str] = ()) -> dict[str, Any]:
     rf.check_storage_root(cfg.storage_root)
     path = ensure_dataset(cfg)  # missing data is one error line, before any run is announced
     run = rf.run_folder(cfg.storage_root, cfg.run_name)
-    for line in rf.banner(run, cfg.storage_root, argv, cfg.run_name):
+    lines = rf.banner(run, cfg.storage_root, argv, cfg.run_name)
+    for line in lines:
         print(line, file=sys.stderr, flush=True)
     if cfg.cluster.num_workers > 0:
         from cmpnn_dist.distributed import run_distributed
@@ -50,12 +50,21 @@ def train(cfg: Config, argv: Sequence[str] = ()) -> dict[str, Any]:
     from cmpnn_dist.training.loop import fit
 
     data = load_train_data(open_dataset(path))
+    from cmpnn_dist.training.interrupt import TrainingInterrupted
+
     existed = rf.exists(run)
+    lock = rf.lock_run(run, cfg.resume)  # one run per folder (resume=false: moved aside first)
     try:
-        result = fit(cfg, data, run_dir=Path(run))
+        result = fit(cfg, data, run_dir=run)
+    except TrainingInterrupted as exc:  # Ctrl-C / SIGTERM: checkpointed; one line, 130 / 143
+        exc.resume = lines[1].removeprefix("resume with: ")
+        raise
     except BaseException:
+        lock.release()
         rf.remove_failed_start(run, existed)  # a start that left no checkpoint leaves no folder
         raise
+    finally:
+        lock.release()
     return summarize(result)
 
 
@@ -100,6 +109,10 @@ def _main(argv: list[str]) -> dict[str, Any]:
     special, overrides = split_args(argv, ["conf", "sweep_name"])
     preset = special.get("conf", "default")
     if multirun:
+        if "sweep_name" in special:
+            from cmpnn_dist.config import check_store_name
+
+            check_store_name("sweep_name", special["sweep_name"])
         return sweep(preset, overrides, special.get("sweep_name"))
     if "sweep_name" in special:
         raise UsageError("sweep_name= names a sweep: use it with -m / --multirun")
@@ -118,6 +131,16 @@ def sweep(preset: str, overrides: list[str], name: str | None) -> dict[str, Any]
     except Exception as exc:  # Hydra's grammar errors: one line
         raise UsageError(f"bad sweep override: {' '.join(str(exc).split())}") from exc
     configs = [compose_config(preset, [*fixed, *cell.overrides]) for cell in cells]
+    from cmpnn_dist.storage import fs
+
+    for c in configs:  # the sweep reads its cells' results.json from the storage root
+        local = fs.local_path(c.storage_root)
+        if local is None:
+            raise UsageError(
+                f"storage_root={c.storage_root}: a sweep needs a local or file:// storage root "
+                "(its cells' results are read back from it); run single runs on this URI"
+            )
+        c.storage_root = str(local)
     if any(c.cluster.num_workers for c in configs):
         raise UsageError(
             "a sweep runs each cell in one Ray Tune trial: cluster.num_workers must be 0 "

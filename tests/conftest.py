@@ -37,3 +37,36 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"reference data folder {SHARED_DATA} is absent")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def real_run(tmp_path_factory) -> dict:
+    """A tiny real run (tests/_real_run.py) under a local storage root: its summary, with
+    ``root`` (the storage root), ``run_dir`` (the run folder, a local path) and ``files`` (the
+    files the run left in it)."""
+    from _real_run import run_files, train_tiny
+
+    root = tmp_path_factory.mktemp("real_run_local")
+    out = dict(train_tiny(str(root)))
+    out.update(root=str(root), files=run_files(out["run_dir"]))
+    return out
+
+
+@pytest.fixture(scope="session")
+def real_run_uri(tmp_path_factory) -> dict:
+    """The same tiny run under a ``file://`` storage root: its summary, with ``root`` (the
+    URI), ``base`` (the local folder behind it) and ``cwd`` (where it ran: nothing may land
+    there)."""
+    from _real_run import run_files, train_tiny
+
+    base = tmp_path_factory.mktemp("real_run_uri")
+    cwd = tmp_path_factory.mktemp("real_run_uri_cwd")
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        out = dict(train_tiny(f"file://{base}"))
+    finally:
+        os.chdir(old)
+    files = run_files(base / "runs" / "tiny")
+    out.update(root=f"file://{base}", base=str(base), cwd=str(cwd), files=files)
+    return out

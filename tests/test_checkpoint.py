@@ -16,7 +16,6 @@ import torch
 
 from cmpnn_dist.training.checkpoint import (
     CheckpointError,
-    find_latest_valid,
     is_fatal_os_error,
     load_checkpoint,
     read_manifest,
@@ -27,6 +26,12 @@ from cmpnn_dist.training.checkpoint_store import (
     CheckpointStore,
     scratch_dir,
 )
+
+
+def _latest(run):
+    """The store's one discovery rule (CheckpointStore.find_latest): its local folder."""
+    found = CheckpointStore(run).find_latest()
+    return None if found is None else found.path
 
 
 def _state(step: int) -> dict:
@@ -50,13 +55,13 @@ def test_round_trip_and_manifest(tmp_path):
 def test_truncated_and_missing_manifest_are_skipped_with_warning(tmp_path):
     for step in (1, 2, 3):
         save_checkpoint(tmp_path / f"step_{step:08d}", _state(step))
-    assert find_latest_valid(tmp_path) == tmp_path / "step_00000003"
+    assert _latest(tmp_path) == tmp_path / "step_00000003"
     state_file = tmp_path / "step_00000003" / "state.pt"
     data = state_file.read_bytes()
     state_file.write_bytes(data[: len(data) // 2])  # truncated
     (tmp_path / "step_00000002" / "manifest.json").unlink()  # manifest missing
     with pytest.warns(UserWarning) as record:
-        assert find_latest_valid(tmp_path) == tmp_path / "step_00000001"
+        assert _latest(tmp_path) == tmp_path / "step_00000001"
     messages = [str(w.message) for w in record]
     assert any("step_00000003" in m and "truncated" in m for m in messages)
     assert any("step_00000002" in m and "manifest missing" in m for m in messages)
@@ -73,16 +78,16 @@ def test_corrupt_file_raises_naming_it(tmp_path):
     with pytest.raises(CheckpointError, match=r"step_00000001/state.pt.*sha256"):
         load_checkpoint(path)
     with pytest.warns(UserWarning, match="sha256"):
-        assert find_latest_valid(tmp_path) is None
+        assert _latest(tmp_path) is None
 
 
 def test_empty_and_garbage(tmp_path):
-    assert find_latest_valid(tmp_path / "nope") is None
+    assert _latest(tmp_path / "nope") is None
     (tmp_path / "step_00000005").mkdir()
     (tmp_path / "step_00000005" / "manifest.json").write_text("{not json")
     (tmp_path / ".tmp-step_00000006-x").mkdir()  # an interrupted write: never a candidate
     with pytest.warns(UserWarning, match="unreadable manifest"):
-        assert find_latest_valid(tmp_path) is None
+        assert _latest(tmp_path) is None
 
 
 def _store_with(run: Path, scores: dict[int, float | None]) -> CheckpointStore:
@@ -216,4 +221,4 @@ def test_failed_write_leaves_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert find_latest_valid(tmp_path) is None
+        assert _latest(tmp_path) is None

@@ -135,6 +135,12 @@ def test_ogb_protocol_uses_the_official_negatives_and_ogbs_evaluator(tmp_path):
     rank = torch.tensor(ranks.column("rank").to_pylist())
     assert torch.equal(1.0 / rank.float(), ogb["mrr_list"])  # our ranks are ogb's ranks
     assert set(ranks.column("candidates").to_pylist()) == {7}
+    # eval.ties=pessimistic cannot change ogb's Evaluator (it averages): said as it is
+    pess = evaluate(
+        model, graph, queries, facts, num_relations=R, protocol="ogb", negatives=negatives,
+        batch_size=3, ties="pessimistic",
+    )  # fmt: skip
+    assert pess["ties"] == "average" and pess["mrr"] == out["mrr"]
 
 
 def test_protocol_errors_name_the_key():

@@ -139,5 +139,14 @@ def test_sweep_on_a_ray_cluster_survives_a_kill_and_restart(tmp_path):
         for name, mtime in finished_first.items():  # finished cells were not run again
             assert (runs / name / "results.json").stat().st_mtime_ns == mtime
         assert len((storage / "sweeps" / "s" / "results.csv").read_text().splitlines()) == 5
+        # the sweep report reads what the real sweep wrote
+        report = subprocess.run(
+            [sys.executable, "-m", "cmpnn_dist.sweep", str(storage / "sweeps" / "s")],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert report.returncode == 0, report.stderr[-2000:]
+        assert "| model.aggregate=sum | 2 |" in report.stdout  # two seeds per point
+        assert "| model.aggregate=pna | 2 |" in report.stdout
+        assert (storage / "sweeps" / "s" / "report.md").is_file()
     finally:
         subprocess.run(["ray", "stop", "--force"], env=env, capture_output=True)

@@ -18,12 +18,18 @@ from cmpnn_dist.config import Config
 from cmpnn_dist.model import CMPNN
 from cmpnn_dist.training.checkpoint import (
     CheckpointError,
-    find_latest_valid,
     list_checkpoints,
     load_checkpoint,
 )
+from cmpnn_dist.training.checkpoint_store import CheckpointStore
 from cmpnn_dist.training.data import TrainData, train_data_from_triples
 from cmpnn_dist.training.loop import evaluate_split, fit
+
+
+def _latest(run):
+    """The store's one discovery rule (CheckpointStore.find_latest): its local folder."""
+    found = CheckpointStore(run).find_latest()
+    return None if found is None else found.path
 
 
 def rule_kg(num_nodes: int = 48, seed: int = 0) -> TrainData:
@@ -120,7 +126,7 @@ def test_resume_after_crash_is_bit_identical(data, reference_run, tmp_path):
     assert crash < steps_per_epoch
     with pytest.raises(Crash):
         fit(small_cfg(), data, run_dir=tmp_path, on_step=_crash_at(crash))
-    assert find_latest_valid(tmp_path / "checkpoints").name == "step_00000010"
+    assert _latest(tmp_path).name == "step_00000010"
     res = fit(small_cfg(), data, run_dir=tmp_path)
     assert res.resumed_from_step == 10
     _assert_same_weights(ref.final_state, res.final_state)
@@ -181,7 +187,7 @@ def test_checkpoint_contents_and_pruning(data, reference_run):
     kept = [p.name for _, p in list_checkpoints(root)]
     per_epoch = len(data.train.queries) // 8
     assert f"step_{2 * per_epoch:08d}" in kept and len(kept) <= 3  # last 2 + best
-    state = load_checkpoint(find_latest_valid(root))
+    state = load_checkpoint(_latest(root.parent))
     for key in ("model", "optimizer", "scheduler", "sampler", "rng", "config", "history", "best"):
         assert key in state
     assert set(state["rng"]) == {"python", "numpy", "torch", "cuda"}
@@ -196,7 +202,7 @@ def test_model_config_mismatch_is_a_clear_error(data, reference_run, tmp_path):
         fit(small_cfg(), data, run_dir=tmp_path, on_step=_crash_at(6))
     cfg = small_cfg()
     cfg.model.hidden_dim = 4
-    with pytest.raises(CheckpointError, match="model config"):
+    with pytest.raises(CheckpointError, match="model.hidden_dim: 8 in the checkpoint, 4 now"):
         fit(cfg, data, run_dir=tmp_path)
     cfg = small_cfg(max_steps=2)
     cfg.resume = False  # moves the old run aside (tests/test_run_folder.py) and starts fresh

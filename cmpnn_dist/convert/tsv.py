@@ -29,10 +29,18 @@ COLUMNS = ["head", "relation", "tail"]
 SPLIT_FILES = ("{split}.txt", "{split}.tsv")
 
 
+BLOCK_SIZE = 1 << 20  # pyarrow's CSV block: a longer line cannot be parsed
+
+
 def _first_bad_line(path: Path, ncols: int = 3) -> tuple[int, str] | None:
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, start=1):
             line = raw.rstrip(b"\r\n")
+            if len(line) >= BLOCK_SIZE:
+                return lineno, (
+                    f"a line of {len(line):,} bytes (at most {BLOCK_SIZE - 1:,}: names are "
+                    "meant to be short; is this a TSV of facts?)"
+                )
             if not line:
                 continue
             fields = line.split(b"\t")
@@ -54,7 +62,9 @@ def read_tsv(path: str | Path, columns: list[str] = COLUMNS, skip_header: bool =
     try:
         table = pcsv.read_csv(
             path,
-            read_options=pcsv.ReadOptions(column_names=columns, skip_rows=int(skip_header)),
+            read_options=pcsv.ReadOptions(
+                column_names=columns, skip_rows=int(skip_header), block_size=BLOCK_SIZE
+            ),
             parse_options=pcsv.ParseOptions(
                 delimiter="\t", quote_char=False, escape_char=False, ignore_empty_lines=True
             ),

@@ -37,7 +37,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from cmpnn_dist.training.checkpoint import read_manifest
+from cmpnn_dist.storage import fs
 from cmpnn_dist.training.checkpoint_store import CheckpointStore
 from cmpnn_dist.training.context import LocalContext
 
@@ -45,6 +45,7 @@ from . import faults
 from .timing import StepTimer
 
 logger = logging.getLogger(__name__)
+RESULTS = "results.json"
 
 
 def _plain(value: Any) -> Any:
@@ -122,7 +123,8 @@ class RayTrainContext:
         # itself on a local / shared filesystem, else scratch (copied up at checkpoints)
         self.run_dir: Path | None = None
         if self.is_main:
-            self.run_dir = Path(run_uri) if not self.store.remote else self.store.scratch / "run"
+            local = fs.local_path(run_uri) if not self.store.remote else None
+            self.run_dir = local if local is not None else self.store.scratch / "run"
             self._metrics = LocalContext(
                 self.run_dir, self.device, resume=True, tensorboard=tensorboard, announce=False
             )
@@ -203,8 +205,7 @@ class RayTrainContext:
         """The checkpoint every rank resumes from (rank 0 chooses, the others follow)."""
         choice = None
         if self.is_main:
-            self.store.discard_partial()
-            found = self.store.find_latest() if self.resume else None
+            found = self.store.resume_point(self.resume)  # the same sequence as in-process
             if found is not None:
                 choice = (found.uri, found.step)
                 self.say(f"resuming from step {found.step}: {found.uri}")
@@ -215,7 +216,6 @@ class RayTrainContext:
                         f"no valid checkpoint in {self.store.root} "
                         f"({len(self.store.skipped)} invalid, skipped): starting from step 0"
                     )
-                self.store.reset()
                 if self._metrics is not None:
                     self._metrics.start_fresh()
         choice = self._broadcast_object(choice)
@@ -250,10 +250,7 @@ class RayTrainContext:
             self.timings["checkpoint_saves"] += 1
             self._save_started = None
         start = time.perf_counter()
-        manifest = read_manifest(local, verify_checksums=True)
-        self.store.commit(local)
-        self.store.update_best(local, manifest)
-        self.store.prune(self.keep_last)
+        manifest = self.store.publish(local, self.keep_last)  # the same sequence as in-process
         self._sync_metrics_file()
         if self.store.remote:
             shutil.rmtree(local, ignore_errors=True)
@@ -263,11 +260,8 @@ class RayTrainContext:
     def _sync_metrics_file(self) -> None:
         if self._metrics is None or not self.store.remote:
             return
-        from .remote import write_text
-
-        csv_path = self._metrics.csv_path
-        if csv_path.exists():
-            write_text(f"{self.run_uri}/metrics.csv", csv_path.read_text())
+        if self._metrics.run_dir.is_dir():  # results.json: the worker writes the summary
+            fs.upload_tree(self._metrics.run_dir, self.run_uri, skip=("checkpoints", RESULTS))
 
     def close(self) -> None:
         if self._metrics is not None:

@@ -103,8 +103,34 @@ def _init_ray(cfg: Any) -> bool:
         num_cpus = max(os.cpu_count() or 1, math.ceil(need))
         # address="local": a new Ray here, never a cluster someone else started on this machine
         # (a bare ray.init() would join the one named in /tmp/ray/ray_current_cluster)
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
+        try:
+            ray.init(
+                address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True
+            )
+        except Exception as exc:  # a start-up timeout, a full /tmp...: one line and a hint
+            ray.shutdown()
+            raise DistributedTrainingError(
+                f"could not start a local Ray cluster ({type(exc).__name__}: "
+                f"{_first_lines(str(exc), 1) or exc!r}); a busy or small machine may need "
+                "RAY_raylet_start_wait_time_s=120, a full /tmp a RAY_TMPDIR elsewhere, or "
+                "cluster.address= an existing cluster"
+            ) from None
+        _start_reaper()
     return True
+
+
+def _start_reaper() -> None:
+    """Watch the Ray processes this driver started: they are stopped if it dies unannounced
+    (SIGKILL) without ``ray.shutdown()`` (see :mod:`.reaper`)."""
+    try:
+        import ray
+
+        from .reaper import start_reaper
+
+        session = ray._private.worker._global_node.get_session_dir_path()
+        start_reaper(session)
+    except Exception as exc:  # noqa: BLE001 - the watcher is a safety net, never fatal
+        logger.warning("not watching the Ray processes for cleanup: %s", exc)
 
 
 def _worker_env() -> dict[str, str]:
@@ -148,10 +174,11 @@ def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
     rf.check_storage_root(cfg.storage_root)
     runs = remote.runs_root(cfg.storage_root)
     run_uri = remote.join(runs, cfg.run_name)
-    if not cfg.resume and rf.is_nonempty_dir(run_uri):
-        moved = rf.move_aside(run_uri)
-        print(f"[cmpnn_dist] resume=false: moved the existing run folder to {moved}", flush=True)
-    existed = rf.exists(run_uri)
+    existed = rf.exists(run_uri) and rf.is_nonempty_dir(run_uri)
+    backend = backend_for(cfg)
+    lock = rf.lock_run(run_uri, cfg.resume)  # the driver owns the run folder while it runs
+    if not cfg.resume:
+        existed = False
     result_uri = remote.join(run_uri, RESULT_FILE)
     if remote.exists(result_uri):
         fs, path = remote.filesystem(result_uri)
@@ -159,7 +186,6 @@ def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
     dataset = str(dataset_path)
     if not remote.is_uri(dataset):
         dataset = str(Path(dataset).resolve())
-    backend = backend_for(cfg)
     timeout_s = max(1, math.ceil(cl.collective_timeout_s))
     # Ray Train's own barriers (ray.train.report) get the same bound as torch's collectives
     os.environ["RAY_TRAIN_COLLECTIVE_TIMEOUT_S"] = str(timeout_s)
@@ -167,9 +193,9 @@ def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
     resources = {"CPU": float(cl.cpus_per_worker)}
     if cl.use_gpu:
         resources["GPU"] = float(cl.gpus_per_worker)
-    started = _init_ray(cfg)
-    failed = True
+    started, failed = False, True
     try:
+        started = _init_ray(cfg)
         # on the driver's node, like Ray Train's controller: it outlives the loss of a worker node
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -219,6 +245,7 @@ def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
         failed = False
         return summary
     finally:
+        lock.release()
         if failed:
             rf.remove_failed_start(run_uri, existed)
         if started:

@@ -4,7 +4,9 @@ Each of ``cluster.num_workers`` Ray Train workers (gloo on CPU, nccl on GPU) loa
 checkpoint and the dataset, scores every ``world_size``-th batch of (node, relation) groups
 and all-gathers the ranks (:func:`cmpnn_dist.evaluation.rank_split`), so every worker holds
 the same full result, equal rank for rank to a one-process run.  Rank 0 writes the per-query
-Parquet tables into the run folder and a JSON summary the driver reads back.
+Parquet tables into the staging folder ``evaluate`` gives it (published all together after
+success) and a JSON summary the driver reads back.  A lost worker is retried like training
+(``cluster.max_failures``): the worker group ranks again from the start.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import ray.train
 import torch
 
+from . import faults
 from .context import all_gather_rows
 
 SUMMARY = "eval_summary.json"
@@ -61,6 +64,9 @@ def eval_worker(config: dict[str, Any]) -> None:
     model = model_from_state(
         cfg, state, config["weights"], data.num_relations, data.num_nodes, data.inductive
     )
+    faults.install(
+        model, ctx.rank, evaluation=True
+    )  # CMPNN_FAULT drills (kill a worker mid-evaluation)
     out = evaluate_splits(model, data, cfg, device, ctx=ctx, ranks_dir=Path(config["run_dir"]))
     if ctx.is_main:
         path = Path(config["summary"])
@@ -75,10 +81,16 @@ def run_distributed_evaluation(
     """Evaluate ``checkpoint`` on ``cluster.num_workers`` Ray workers; returns
     ``{"valid": metrics, "test": metrics, "world_size": n}`` (local paths only)."""
     import ray
-    from ray.train import RunConfig, ScalingConfig
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    from .driver import DistributedTrainingError, _init_ray, _worker_env, backend_for
+    from .driver import (
+        DistributedTrainingError,
+        _first_lines,
+        _init_ray,
+        _worker_env,
+        backend_for,
+    )
 
     cl = cfg.cluster
     scratch = Path(tempfile.mkdtemp(prefix="cmpnn-eval-"))
@@ -106,13 +118,22 @@ def run_distributed_evaluation(
             run_config=RunConfig(
                 name="evaluate",
                 storage_path=str(scratch / "ray"),
+                # a lost worker is transient: the whole group ranks again (its outputs are
+                # staged and published by the caller only after success), as training does
+                failure_config=FailureConfig(max_failures=cl.max_failures),
                 worker_runtime_env={"env_vars": _worker_env()},
             ),
         )
         try:
             trainer.fit()
         except ray.train.TrainingFailedError as e:
-            raise DistributedTrainingError(f"distributed evaluation failed: {e}") from e
+            attempts = "every" if cl.max_failures < 0 else str(cl.max_failures + 1)
+            last = _first_lines(str(e), 1)
+            raise DistributedTrainingError(
+                f"distributed evaluation failed on {attempts} attempt(s) "
+                f"(cluster.max_failures={cl.max_failures}); nothing was written; last error: "
+                f"{last}"
+            ) from e
         summary = scratch / SUMMARY
         if not summary.is_file():
             raise DistributedTrainingError("evaluation finished but rank 0 left no summary")

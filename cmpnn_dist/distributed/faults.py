@@ -94,8 +94,10 @@ def log_attempt(rank: int, node: str = "") -> None:
         f.write(f"rank{rank} pid{os.getpid()} node{node}\n")
 
 
-def install(module: nn.Module, rank: int) -> None:
-    """Attach the faults of ``CMPNN_FAULT`` meant for ``rank`` to ``module``'s forward."""
+def install(module: nn.Module, rank: int, evaluation: bool = False) -> None:
+    """Attach the faults of ``CMPNN_FAULT`` meant for ``rank`` to ``module``'s forward
+    (training forward passes; with ``evaluation``, the evaluation ones: step S is the S-th
+    scored batch of a sharded evaluation)."""
     faults = [f for f in parse_faults(os.environ.get(ENV_FAULT, "")) if f.rank == rank]
     once = os.environ.get(ENV_DIR)
     once_dir = Path(once) if once else None
@@ -104,7 +106,7 @@ def install(module: nn.Module, rank: int) -> None:
     calls = [0]
 
     def hook(mod: nn.Module, args: object) -> None:
-        if not mod.training:
+        if mod.training == evaluation:
             return
         calls[0] += 1
         for fault in faults:

@@ -4,8 +4,8 @@
   local path or a URI (Ray's ``RunConfig.storage_path`` accepts both).
 * :func:`localize_dataset` -- each worker memory-maps the dataset's Arrow shards; a dataset
   behind a URI is first copied once per machine into a local cache folder.
-* :func:`write_text` / :func:`read_text` / :func:`list_dirs` -- small helpers over
-  ``pyarrow.fs`` so the driver and the workers use one code path for every filesystem.
+* :func:`write_text` / :func:`read_text` / :func:`list_dirs` ... -- re-exported from the one
+  storage layer, :mod:`cmpnn_dist.storage.fs`.
 """
 
 from __future__ import annotations
@@ -18,82 +18,25 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
+from cmpnn_dist.storage import fs as storage_fs
 from cmpnn_dist.storage.errors import StorageError
 
 COMPLETE_MARKER = ".cmpnn-download-complete"
 
 
-def is_uri(path: str | Path) -> bool:
-    return "://" in str(path)
+is_uri = storage_fs.is_uri
+filesystem = storage_fs.filesystem
+join = storage_fs.join
+exists = storage_fs.exists
+list_dirs = storage_fs.list_dirs
+is_nonempty_dir = storage_fs.is_nonempty_dir
+write_text = storage_fs.write_text
+read_text = storage_fs.read_text
 
 
 def runs_root(storage_root: str | Path) -> str:
     """``<storage_root>/runs``: an absolute path, or the URI with ``/runs`` appended."""
-    root = str(storage_root)
-    if is_uri(root):
-        return root.rstrip("/") + "/runs"
-    return str(Path(root).expanduser().resolve() / "runs")
-
-
-def filesystem(path_or_uri: str) -> tuple[pafs.FileSystem, str]:
-    """``(filesystem, path inside it)`` for a local path or a URI."""
-    if is_uri(path_or_uri):
-        return pafs.FileSystem.from_uri(path_or_uri)
-    return pafs.LocalFileSystem(), str(Path(path_or_uri).expanduser().resolve())
-
-
-def join(base: str, *parts: str) -> str:
-    return "/".join([base.rstrip("/"), *parts])
-
-
-def exists(path_or_uri: str) -> bool:
-    fs, path = filesystem(path_or_uri)
-    return fs.get_file_info(path).type != pafs.FileType.NotFound
-
-
-def list_dirs(path_or_uri: str) -> list[str]:
-    """Names of the sub-folders of a folder (empty when it does not exist)."""
-    fs, path = filesystem(path_or_uri)
-    if fs.get_file_info(path).type != pafs.FileType.Directory:
-        return []
-    infos = fs.get_file_info(pafs.FileSelector(path, recursive=False))
-    return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
-
-
-def is_nonempty_dir(path_or_uri: str) -> bool:
-    fs, path = filesystem(path_or_uri)
-    if fs.get_file_info(path).type != pafs.FileType.Directory:
-        return False
-    return bool(fs.get_file_info(pafs.FileSelector(path, recursive=False)))
-
-
-def write_text(path_or_uri: str, text: str) -> None:
-    """Write a small text file; local files go through a temp name and ``os.replace``."""
-    if not is_uri(path_or_uri):
-        target = Path(path_or_uri)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, target)
-        return
-    fs, path = filesystem(path_or_uri)
-    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-    with fs.open_output_stream(path) as f:  # object stores publish a whole object at close
-        f.write(text.encode())
-
-
-def read_text(path_or_uri: str) -> str:
-    fs, path = filesystem(path_or_uri)
-    with fs.open_input_stream(path) as f:
-        return f.read().decode()
-
-
-def move_aside(path_or_uri: str, suffix: str) -> str:
-    """Rename a folder to ``<name>.<suffix>`` (keeps old data instead of deleting it)."""
-    fs, path = filesystem(path_or_uri)
-    fs.move(path, f"{path}.{suffix}")
-    return f"{path_or_uri}.{suffix}"
+    return storage_fs.join(storage_fs.normalize(storage_root), "runs")
 
 
 def default_cache_dir() -> Path:
@@ -109,8 +52,8 @@ def localize_dataset(path_or_uri: str | Path, cache_dir: Path | None = None) -> 
     there; the copy goes to a temp folder first and is renamed into place, so concurrent
     workers on one machine and interrupted downloads never leave a half-copied dataset.
     """
-    if not is_uri(path_or_uri):
-        return Path(path_or_uri).expanduser().resolve()
+    if not storage_fs.is_uri(path_or_uri):  # memory-mapped in place
+        return storage_fs.local_path(path_or_uri)
     uri = str(path_or_uri).rstrip("/")
     cache = (cache_dir or default_cache_dir()) / "datasets"
     key = hashlib.sha1(uri.encode()).hexdigest()[:12]

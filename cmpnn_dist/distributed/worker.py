@@ -47,9 +47,10 @@ class Outcome:
 
 def is_fatal(exc: BaseException) -> bool:
     """Errors that a restarted worker group would hit again."""
-    return isinstance(exc, (CheckpointError, StorageError, PeerStoppedError)) or is_fatal_os_error(
-        exc
-    )
+    from cmpnn_dist.config import ConfigError
+
+    fatal = (CheckpointError, StorageError, PeerStoppedError, ConfigError)
+    return isinstance(exc, fatal) or is_fatal_os_error(exc)
 
 
 def result_summary(result: Any, ctx: RayTrainContext, run_uri: str) -> dict[str, Any]:

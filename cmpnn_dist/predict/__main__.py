@@ -149,9 +149,17 @@ def _main(argv: list[str]) -> dict[str, Any]:
     if draw is not None:
         result["draw"] = str(draw)
     if single:
-        shown = frame.drop(columns=["query_id", "head_id", "tail_id"])
-        with pd.option_context("display.max_colwidth", 200, "display.width", 200):
+        shown = frame.drop(columns=["query_id", "head_id", "tail_id", "paths"], errors="ignore")
+        with pd.option_context("display.max_colwidth", 80, "display.width", 200):
             print(shown.to_string(index=False))
+        if explain:  # one path per line under the table (a row of k paths is unreadable)
+            for row, expl in zip(frame.itertuples(), explanations, strict=True):
+                print(f"paths to {row.target} rank {row.rank} ({row.head}, {row.relation}, "
+                      f"{row.tail}):")  # fmt: skip
+                for i, (imp, edges) in enumerate(expl.paths, start=1):
+                    print(f"  #{i}  {imp:.4g}  {expl.path_text(edges)}")
+                if not expl.paths:
+                    print("  no path")
     print(
         f"predicted {len(queries)} queries ({len(frame)} rows) in {seconds:.3f} s "
         f"on {predictor.device}" + (f" -> {out}" if out is not None else ""),

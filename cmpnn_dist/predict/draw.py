@@ -1,19 +1,37 @@
-"""The explanation subgraph as a picture (networkx + matplotlib, no display needed).
+"""The explanation subgraph as a picture (matplotlib, no display needed).
 
-Nodes are the entities on the explanation's paths, laid out left to right by their position
-on the best path that visits them (the query entity at the left, the answer at the right);
-edges are the paths' facts, labelled with relation names and drawn in one colour per path
-(the most important path first and thickest; a fact shared by several paths takes the
-colour of the best one).  The title names the query, the answer and its logit.
+Layout (every size in inches, so the picture grows with its content instead of crowding it):
+
+* nodes are the entities on the explanation's paths, in columns by their hop along the best
+  path that visits them (the query entity at the left, the answer at the right) and in rows
+  by path (the best path on row 0, path i's new nodes on rows 1, -1, 2, -2, ...);
+* each node is its name in a rounded box, wrapped at ``WRAP`` characters on at most
+  ``MAX_LINES`` lines; a longer name is cut with "..." and numbered, and the key under the
+  graph gives it in full;
+* column and row spacing come from the widest / tallest box plus the widest edge label, so
+  boxes and labels never overlap; an edge that would cross a node in its row is bent;
+* edges are the paths' facts, one colour per path (the best first and thickest; a fact shared
+  by several paths takes the best one's colour), arrows clipped at the boxes, each labelled
+  with its relation at the middle of the drawn curve;
+* the legend (path, importance, relations) and the key are below the graph, outside it; the
+  figure is cropped to its content (``bbox_inches="tight"`` with a small pad).
+
+The title names the query, the answer and its logit.
 """
 
 from __future__ import annotations
 
 import os
+import textwrap
 from pathlib import Path
 from typing import Any
 
 PALETTE = ["#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2"]
+WRAP = 18  # characters per line of a node label
+MAX_LINES = 3
+FONT = 9  # points
+CHAR_W = 0.0075 * FONT  # inches per character (DejaVu Sans, average)
+LINE_H = 0.0185 * FONT  # inches per text line
 
 
 def _lane(i: int) -> int:
@@ -22,10 +40,10 @@ def _lane(i: int) -> int:
 
 
 def _layout(expl: Any) -> dict[int, tuple[float, float]]:
-    """x: the hop index along the first (best) path through the node, scaled so that every
-    path spans the query entity (x = 0) to the answer (x = longest path length); y: the best
-    path on row 0, the new nodes of path i on row 1, -1, 2, -2, ... (moved further out when
-    the spot is taken)."""
+    """``node -> (column, row)``: the column is the hop index along the first (best) path
+    through the node, scaled so that every path spans the query entity (0) to the answer
+    (the longest path's length); the row is the path's lane (moved further out when the spot
+    is taken)."""
     longest = max((len(p) for _, p in expl.paths), default=1)
     pos: dict[int, tuple[float, float]] = {
         expl.head: (0.0, 0.0),
@@ -48,88 +66,184 @@ def _layout(expl: Any) -> dict[int, tuple[float, float]]:
     return pos
 
 
-def draw_explanation(expl: Any, path: str | Path, dpi: int = 150) -> Path:
-    """Write ``expl`` (:class:`~cmpnn_dist.predict.explain.Explanation`) to ``path``
-    (.png, .svg or .pdf by its suffix); written to a temporary name, then renamed."""
-    import matplotlib
+def node_label(name: str, key: int) -> tuple[str, bool]:
+    """``name`` wrapped at WRAP characters on at most MAX_LINES lines; a longer one is cut
+    and numbered ``[key]`` (returns ``(label, cut)``)."""
+    lines = textwrap.wrap(name, WRAP, break_long_words=True, break_on_hyphens=False) or [""]
+    if len(lines) <= MAX_LINES:
+        return "\n".join(lines), False
+    head = f"[{key}] "
+    lines = textwrap.wrap(head + name, WRAP, break_long_words=True, break_on_hyphens=False)
+    kept = lines[:MAX_LINES]
+    kept[-1] = kept[-1][: WRAP - 3] + "..."
+    return "\n".join(kept), True
 
-    matplotlib.use("Agg", force=False)
+
+def _measure(labels: list[str], fontsize: float = FONT) -> list[tuple[float, float]]:
+    """``(width, height)`` in inches of each label drawn in a node box (text + box padding),
+    measured with matplotlib's renderer."""
     import matplotlib.pyplot as plt
-    import networkx as nx
 
-    path = Path(path)
-    graph = nx.MultiDiGraph()
-    names = expl.entity_names
-    graph.add_node(expl.head)
-    graph.add_node(expl.tail)
-    edge_style: dict[tuple[int, int, int], tuple[int, str]] = {}
+    fig = plt.figure()
+    try:
+        renderer = fig.canvas.get_renderer()
+        pad = 2 * 0.35 * fontsize / 72 + 0.02
+        out = []
+        for label in labels:
+            ext = fig.text(0, 0, label, fontsize=fontsize).get_window_extent(renderer)
+            out.append((ext.width / fig.dpi + pad, ext.height / fig.dpi + pad))
+        return out
+    finally:
+        plt.close(fig)
+
+
+def _facts(expl: Any) -> dict[tuple[int, int, int], tuple[int, str]]:
+    """``(src, rel, dst)`` of each drawn fact (in its stored direction) -> (path, label)."""
+    out: dict[tuple[int, int, int], tuple[int, str]] = {}
     for i, (_, edges) in enumerate(expl.paths):
         for s, rel, d in edges:
             if expl.num_relations <= rel:  # draw the fact in its stored direction
                 s, d, rel = d, s, rel - expl.num_relations
-            key = (s, rel, d)
-            if key not in edge_style:
-                edge_style[key] = (i, expl.relation_names[rel])
-                graph.add_edge(s, d, key=rel)
-    pos = _layout(expl)
-    width = max(6.0, 2.6 * (max(x for x, _ in pos.values()) + 1))
-    ys = [y for _, y in pos.values()]
-    height = max(3.0, 1.3 * (max(ys) - min(ys) + 2))
-    fig, ax = plt.subplots(figsize=(width, height))
-    colors = [
-        "#ffd54f" if n == expl.head else "#81c784" if n == expl.tail else "#e0e0e0"
-        for n in graph.nodes
-    ]
-    nx.draw_networkx_nodes(graph, pos, ax=ax, node_color=colors, node_size=1600, edgecolors="k")
-    nx.draw_networkx_labels(
-        graph, pos, ax=ax, labels={n: names[n] for n in graph.nodes}, font_size=9
-    )
-    seen_pair: dict[tuple[int, int], int] = {}
-    for (s, _rel, d), (i, label) in sorted(edge_style.items(), key=lambda kv: -kv[1][0]):
-        pair = (min(s, d), max(s, d))
-        bend = 0.15 * seen_pair.get(pair, 0)
-        seen_pair[pair] = seen_pair.get(pair, 0) + 1
-        color = PALETTE[i % len(PALETTE)]
-        nx.draw_networkx_edges(
-            graph,
-            pos,
-            ax=ax,
-            edgelist=[(s, d)],
-            edge_color=color,
-            width=4.0 if i == 0 else 2.0,
-            arrowsize=20,
-            node_size=1600,
-            connectionstyle=f"arc3,rad={bend}",
-        )
-        (x0, y0), (x1, y1) = pos[s], pos[d]
-        ax.text(
-            (x0 + x1) / 2,
-            (y0 + y1) / 2 + 0.08 + bend / 2,
-            label,
-            color=color,
-            fontsize=9,
-            ha="center",
-            va="bottom",
-            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1},
-        )
-    legend = [
-        plt.Line2D([0], [0], color=PALETTE[i % len(PALETTE)], lw=4.0 if i == 0 else 2.0)
-        for i in range(len(expl.paths))
-    ]
-    labels = [
-        f"#{i + 1}  {imp:.3g}   {' / '.join(expl.relations_of(i))}"
+            out.setdefault((s, rel, d), (i, expl.relation_names[rel]))
+    return out
+
+
+def _edge_end(center: tuple[float, float], box: tuple[float, float], toward: tuple[float, float]
+              ) -> tuple[float, float]:  # fmt: skip
+    """Where the ray from a node's centre toward ``toward`` leaves its box (plus a gap)."""
+    (cx, cy), (w, h) = center, box
+    dx, dy = toward[0] - cx, toward[1] - cy
+    half_w, half_h = w / 2 + 0.03, h / 2 + 0.03
+    t = min(half_w / abs(dx) if dx else float("inf"), half_h / abs(dy) if dy else float("inf"))
+    return cx + dx * t, cy + dy * t
+
+
+def render(expl: Any) -> tuple[Any, dict[str, Any]]:
+    """The figure of ``expl`` and its parts, for checks: ``graph`` (the graph's axes), ``legend``
+    (the axes under it: legend and key), ``nodes`` and ``edge_labels`` (text artists)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    names = expl.entity_names
+    facts = _facts(expl)
+    grid = _layout(expl)
+    nodes = sorted(grid, key=lambda n: (grid[n][0], -grid[n][1]))
+    labels, cut = {}, []
+    for n in nodes:
+        labels[n], was_cut = node_label(names[n], len(cut) + 1)
+        if was_cut:
+            cut.append(names[n])
+    boxes = dict(zip(nodes, _measure([labels[n] for n in nodes]), strict=True))
+    rels = sorted({lab for _, lab in facts.values()})
+    rel_w = max((w + 0.3 for w, _ in _measure(rels)), default=0.5)
+    col = max(w for w, _ in boxes.values()) + max(rel_w, 0.8) + 0.3
+    row = max(h for _, h in boxes.values()) + 2 * LINE_H + 0.45
+    pos = {n: (x * col, y * row) for n, (x, y) in grid.items()}
+
+    xs = [pos[n][0] + s * boxes[n][0] / 2 for n in nodes for s in (-1, 1)]
+    ys = [pos[n][1] + s * boxes[n][1] / 2 for n in nodes for s in (-1, 1)]
+    pad = 0.15 + LINE_H
+    x0, x1, y0, y1 = min(xs) - pad, max(xs) + pad, min(ys) - pad, max(ys) + pad
+    width, height = x1 - x0, y1 - y0
+
+    legend_lines = [
+        (PALETTE[i % len(PALETTE)], 3.0 if i == 0 else 1.6,
+         f"#{i + 1}  {imp:.3g}   {' / '.join(expl.relations_of(i))}")
         for i, (imp, _) in enumerate(expl.paths)
-    ]
-    if legend:
-        ax.legend(legend, labels, title="path  importance  relations", loc="best", fontsize=8)
-    query = f"({names[expl.head]}, {expl.relation_label(expl.relation)}, ?)"
-    ax.set_title(f"{query} -> {names[expl.tail]}   logit {expl.score:.3f}", fontsize=11)
-    ax.margins(0.15)
+    ]  # fmt: skip
+    key_lines = [f"[{k}] {name}" for k, name in enumerate(cut, start=1)]
+    texts_below = ["path  importance  relations"] + [t for *_, t in legend_lines]
+    texts_below += (["key:"] + key_lines) if key_lines else []
+    line = LINE_H * 8 / FONT * 1.25
+    below = len(texts_below) * line + 0.15
+    widest = max((len(t) for t in texts_below), default=0) * CHAR_W * 8 / FONT + 0.7
+    fig_w = max(width, widest, 3.0)
+    title_h = 0.45
+    fig_h = height + below + title_h
+    fig = plt.figure(figsize=(fig_w, fig_h))
+    ax = fig.add_axes(((fig_w - width) / 2 / fig_w, below / fig_h, width / fig_w,
+                       height / fig_h))  # fmt: skip
+    ax.set_xlim(x0, x1)
+    ax.set_ylim(y0, y1)
     ax.axis("off")
+
+    texts = {}
+    for n in nodes:
+        color = "#ffd54f" if n == expl.head else "#81c784" if n == expl.tail else "#eeeeee"
+        texts[n] = ax.text(
+            *pos[n], labels[n], ha="center", va="center", fontsize=FONT, zorder=3,
+            bbox={"boxstyle": "round,pad=0.35", "facecolor": color, "edgecolor": "black"},
+        )  # fmt: skip
+    edge_labels = []
+    pair_count: dict[tuple[int, int], int] = {}
+    for (s, _rel, d), (i, label) in sorted(facts.items(), key=lambda kv: -kv[1][0]):
+        pair = (min(s, d), max(s, d))
+        k = pair_count.get(pair, 0)
+        pair_count[pair] = k + 1
+        (xa, ya), (xb, yb) = pos[s], pos[d]
+        rad = 0.25 * k
+        crosses = any(
+            m not in (s, d) and abs(pos[m][1] - ya) < 1e-6 and abs(yb - ya) < 1e-6
+            and min(xa, xb) < pos[m][0] < max(xa, xb)
+            for m in nodes
+        )  # fmt: skip
+        if crosses and rad == 0:
+            rad = 0.35
+        # the control point of arc3's quadratic curve: midpoint + rad * (dy, -dx)
+        cx, cy = (xa + xb) / 2 + rad * (yb - ya), (ya + yb) / 2 - rad * (xb - xa)
+        start = _edge_end(pos[s], boxes[s], (cx, cy))
+        end = _edge_end(pos[d], boxes[d], (cx, cy))
+        color = PALETTE[i % len(PALETTE)]
+        ax.annotate(
+            "", xy=end, xytext=start, zorder=2,
+            arrowprops={
+                "arrowstyle": "-|>", "color": color, "lw": 3.0 if i == 0 else 1.6,
+                "mutation_scale": 16, "connectionstyle": f"arc3,rad={rad}",
+                "shrinkA": 0, "shrinkB": 0,
+            },
+        )  # fmt: skip
+        mx = (start[0] + end[0]) / 2 + rad / 2 * (end[1] - start[1])
+        my = (start[1] + end[1]) / 2 - rad / 2 * (end[0] - start[0])
+        edge_labels.append(ax.text(
+            mx, my, label, color=color, fontsize=FONT, ha="center", va="center", zorder=4,
+            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.9, "pad": 1},
+        ))  # fmt: skip
+
+    lax = fig.add_axes((0.0, 0.0, 1.0, below / fig_h))
+    lax.set_xlim(0, fig_w)
+    lax.set_ylim(0, below)
+    lax.axis("off")
+    y = below - line / 2
+    lax.text(0.1, y, texts_below[0], fontsize=8, va="center", ha="left")
+    for color, lw, text in legend_lines:
+        y -= line
+        lax.plot([0.1, 0.5], [y, y], color=color, lw=lw)
+        lax.text(0.6, y, text, fontsize=8, va="center", ha="left")
+    for text in (["key:"] + key_lines) if key_lines else []:
+        y -= line
+        lax.text(0.1, y, text, fontsize=8, va="center", ha="left")
+    query = f"({names[expl.head]}, {expl.relation_label(expl.relation)}, ?)"
+    title = f"{query} -> {names[expl.tail]}   logit {expl.score:.3f}"
+    wrapped = textwrap.wrap(title, max(40, int(fig_w / (CHAR_W * 10 / FONT))))
+    fig.text(0.5, 1.0 - 0.08 / fig_h, "\n".join(wrapped), fontsize=10, ha="center", va="top")
+    parts = {"graph": ax, "legend": lax, "nodes": list(texts.values()), "edge_labels": edge_labels}
+    return fig, parts
+
+
+def draw_explanation(expl: Any, path: str | Path, dpi: int = 150) -> Path:
+    """Write ``expl`` (:class:`~cmpnn_dist.predict.explain.Explanation`) to ``path``
+    (.png, .svg or .pdf by its suffix); written to a temporary name, then renamed."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    fig, _ = render(expl)
     tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
     try:
         with matplotlib.rc_context({"svg.fonttype": "none"}):  # SVG text stays text
-            fig.savefig(tmp, dpi=dpi, bbox_inches="tight")
+            fig.savefig(tmp, dpi=dpi, bbox_inches="tight", pad_inches=0.1)
         os.replace(tmp, path)
     finally:
         plt.close(fig)

@@ -9,7 +9,9 @@ from cmpnn_dist.cli import UsageError, ensure_dataset
 from cmpnn_dist.config import Config
 
 
-def load_model(path: Path, overrides: list[str], weights: str = "best") -> tuple[Any, Config, Any]:
+def load_model(
+    path: str | Path, overrides: list[str], weights: str = "best"
+) -> tuple[Any, Config, Any]:
     """-> ``(CMPNN with the chosen weights, Config, opened Dataset)``.
 
     ``path``: a checkpoint folder or a run folder (its newest valid checkpoint);
@@ -22,7 +24,9 @@ def load_model(path: Path, overrides: list[str], weights: str = "best") -> tuple
 
     if weights not in ("best", "last"):
         raise UsageError(f"weights={weights!r}: choose best or last")
-    if not path.exists():
+    from cmpnn_dist.storage import fs
+
+    if not fs.exists(path):
         raise UsageError(f"checkpoint path {path} does not exist")
     ckpt = resolve_checkpoint(path)
     state = load_checkpoint(ckpt)

@@ -23,9 +23,14 @@ UNKNOWN = ("?", "")
 class NameIndex:
     """Bidirectional name <-> id map for ``kind`` ("entity" or "relation")."""
 
-    def __init__(self, names: list[str], kind: str) -> None:
+    def __init__(
+        self, names: list[str], kind: str, elsewhere: tuple[set[str], str] | None = None
+    ) -> None:
         self.names = list(names)
         self.kind = kind
+        # (names of another graph, what to say when a name is there): an inductive dataset's
+        # test entities asked on the training graph
+        self.elsewhere = elsewhere
         self.ids: dict[str, int] = {}
         for i, name in enumerate(self.names):
             self.ids.setdefault(name, i)
@@ -38,9 +43,11 @@ class NameIndex:
         found = self.ids.get(name)
         if found is not None:
             return found
+        at = f" ({where})" if where else ""
+        if self.elsewhere is not None and name in self.elsewhere[0]:
+            raise UsageError(f"unknown {self.kind} {name!r}{at}; {self.elsewhere[1]}")
         close = difflib.get_close_matches(name, self.names, n=3, cutoff=0.5)
         hint = f"; closest: {', '.join(close)}" if close else ""
-        at = f" ({where})" if where else ""
         raise UsageError(f"unknown {self.kind} {name!r}{at}{hint}")
 
 

@@ -89,7 +89,15 @@ class Predictor:
         gd = dataset.graph_data(graph)
         self.graph = gd.graph().to(self.device)
         self.num_relations = int(dataset.num_relations)
-        self.entities = NameIndex(gd.entity_names, "entity")
+        elsewhere = None
+        if graph == "train" and "test" in dataset.graph_names and bool(dataset.inductive):
+            test_names = set(dataset.graph_data("test").entity_names)
+            elsewhere = (
+                test_names,
+                "it is an entity of the test graph of this inductive dataset, which the model "
+                "was not trained on: add graph=test to answer on that graph",
+            )
+        self.entities = NameIndex(gd.entity_names, "entity", elsewhere)
         self.relations = NameIndex(dataset.relation_names, "relation")
         self.batch_size = max(1, int(batch_size))
         self.known_index = {s: AnswerIndex(_split_facts(gd, s), self.num_relations) for s in SPLITS}
@@ -117,7 +125,8 @@ class Predictor:
             # where it trained does not matter here (a CUDA run can predict on a laptop)
             kind = "auto" if device is None else str(device).split(":")[0]
             overrides.append(f"train.device={kind if kind in ('cpu', 'cuda') else 'auto'}")
-        model, cfg, ds = load_model(Path(path).expanduser(), overrides, weights)
+        where = str(path) if "://" in str(path) else Path(path).expanduser()
+        model, cfg, ds = load_model(where, overrides, weights)
         if device is None:
             use_cuda = torch.cuda.is_available() and cfg.train.device != "cpu"
             device = "cuda" if use_cuda else "cpu"

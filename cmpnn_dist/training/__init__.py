@@ -5,7 +5,6 @@ See docs/design.md; the Ray workers run :func:`fit` with their own ``TrainContex
 
 from .checkpoint import (
     CheckpointError,
-    find_latest_valid,
     load_checkpoint,
     save_checkpoint,
 )
@@ -27,7 +26,6 @@ __all__ = [
     "TrainContext",
     "TrainData",
     "evaluate_split",
-    "find_latest_valid",
     "fit",
     "load_checkpoint",
     "load_train_data",

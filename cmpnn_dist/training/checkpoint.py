@@ -12,7 +12,8 @@ Writing: the files go into a hidden temporary sibling ``.tmp-<name>-*``, each is
 ``manifest.json`` is written *last*, and the directory is renamed into place with
 ``os.replace``.  A checkpoint therefore counts only once its manifest is complete; a directory
 without a readable manifest, or whose files do not match it (size, sha256), is *torn*:
-:func:`find_latest_valid` skips it with a warning naming it and falls back to the previous one.
+the store's discovery (:meth:`~cmpnn_dist.training.checkpoint_store.CheckpointStore.find_latest`,
+the one rule) skips it with a warning naming it and falls back to the previous one.
 A write that fails because the disk is full, read-only or not writable raises
 :class:`CheckpointError` (a user error: retrying cannot help).
 
@@ -31,7 +32,6 @@ import re
 import shutil
 import tempfile
 import uuid
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -184,7 +184,16 @@ def load_checkpoint(dir: Path, map_location: str | torch.device = "cpu") -> dict
         with open(path, "rb") as f:
             return torch.load(f, map_location=map_location, weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unpickling failure is a corrupt file
-        raise CheckpointError(f"{path}: cannot be loaded ({type(e).__name__}: {e})") from None
+        import pickle
+
+        lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+        first = lines[0] if lines else type(e).__name__
+        if isinstance(e, pickle.UnpicklingError):  # weights_only refused an object
+            first = (
+                "refused: it holds objects that safe loading (torch.load weights_only=True) "
+                "does not accept -- not a checkpoint written by cmpnn_dist, or altered"
+            )
+        raise CheckpointError(f"{path}: cannot be loaded ({type(e).__name__}: {first})") from None
 
 
 def list_checkpoints(root: Path) -> list[tuple[int, Path]]:
@@ -199,20 +208,3 @@ def list_checkpoints(root: Path) -> list[tuple[int, Path]]:
         if step is not None and p.is_dir():
             found.append((step, p))
     return sorted(found)
-
-
-def find_latest_valid(root: Path, verify_checksums: bool = True) -> Path | None:
-    """Newest checkpoint under ``root`` whose manifest is complete and matches its files.
-
-    Torn or corrupt ones are skipped with ``warnings.warn`` and ``logger.warning`` naming them.
-    """
-    for _, path in reversed(list_checkpoints(root)):
-        try:
-            read_manifest(path, verify_checksums=verify_checksums)
-        except CheckpointError as e:
-            msg = f"skipping invalid checkpoint {path}: {e}"
-            logger.warning(msg)
-            warnings.warn(msg, stacklevel=2)
-            continue
-        return path
-    return None

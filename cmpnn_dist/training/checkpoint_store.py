@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cmpnn_dist.storage import fs
+
 from .checkpoint import (
     MANIFEST,
     CheckpointError,
@@ -56,67 +58,22 @@ _SCRATCH = re.compile(r"^cmpnn-[a-z0-9]+-pid(\d+)-")
 
 
 # ---------------------------------------------------------------------- paths and filesystems
-def is_uri(path: str | Path) -> bool:
-    return "://" in str(path)
-
-
-def filesystem(path_or_uri: str | Path) -> tuple[Any, str]:
-    """``(pyarrow filesystem, path inside it)`` for a local path or a URI."""
-    import pyarrow.fs as pafs
-
-    if is_uri(path_or_uri):
-        return pafs.FileSystem.from_uri(str(path_or_uri))
-    return pafs.LocalFileSystem(), str(Path(path_or_uri).expanduser().resolve())
-
-
-def join(base: str | Path, *parts: str) -> str:
-    return "/".join([str(base).rstrip("/"), *parts])
-
-
-def _list_dirs(path_or_uri: str) -> list[str]:
-    if not is_uri(path_or_uri):
-        p = Path(path_or_uri)
-        return sorted(c.name for c in p.iterdir() if c.is_dir()) if p.is_dir() else []
-    import pyarrow.fs as pafs
-
-    fs, path = filesystem(path_or_uri)
-    if fs.get_file_info(path).type != pafs.FileType.Directory:
-        return []
-    infos = fs.get_file_info(pafs.FileSelector(path, recursive=False))
-    return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
-
-
-def _delete_dir(path_or_uri: str) -> None:
-    if not is_uri(path_or_uri):
-        shutil.rmtree(path_or_uri, ignore_errors=True)
-        return
-    fs, path = filesystem(path_or_uri)
-    try:
-        fs.delete_dir(path)
-    except (FileNotFoundError, OSError):
-        pass
+# one storage layer for local paths and URIs (cmpnn_dist/storage/fs.py)
+is_uri = fs.is_uri
+filesystem = fs.filesystem
+join = fs.join
+_list_dirs = fs.list_dirs
+_delete_dir = fs.delete_dir
 
 
 def _upload(local: Path, uri: str) -> None:
-    """Copy checkpoint folder ``local`` to ``uri``: every file, then the manifest last."""
-    fs, path = filesystem(uri)
-    _delete_dir(uri)
-    fs.create_dir(path, recursive=True)
-    names = sorted(p.name for p in local.iterdir() if p.is_file())
-    for name in [n for n in names if n != MANIFEST] + [MANIFEST]:
-        with open(local / name, "rb") as src, fs.open_output_stream(f"{path}/{name}") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
+    """Copy checkpoint folder ``local`` to ``uri`` (a fresh folder): the manifest last."""
+    fs.delete_dir(uri)
+    fs.upload_tree(local, uri, last=MANIFEST)
 
 
 def _download(uri: str, local: Path) -> Path:
-    import pyarrow.fs as pafs
-
-    fs, path = filesystem(uri)
-    local.mkdir(parents=True, exist_ok=True)
-    pafs.copy_files(
-        path, str(local), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem()
-    )
-    return local
+    return fs.download_tree(uri, local)
 
 
 # ---------------------------------------------------------------------- scratch folders
@@ -169,7 +126,7 @@ class CheckpointStore:
     def __init__(
         self, run: str | Path, scratch: Path | None = None, scratch_tag: str = "ckpt"
     ) -> None:
-        self.run = str(run) if is_uri(run) else str(Path(run).expanduser().resolve())
+        self.run = fs.normalize(run)
         self.remote = is_uri(self.run)
         self.root = join(self.run, CHECKPOINTS_DIR)
         self.best_uri = join(self.root, BEST_DIR)
@@ -294,25 +251,100 @@ class CheckpointStore:
         return float(score) if isinstance(score, (int, float)) else None
 
     def update_best(self, local: Path, manifest: dict[str, Any]) -> bool:
-        """Make checkpoint ``local`` the ``best`` copy if its score beats the current one."""
-        score = (manifest.get("meta") or {}).get("score")
-        if not isinstance(score, (int, float)):
-            return False
-        current = self.best_score()
-        if current is not None and score <= current:
-            return False
+        """Make checkpoint ``local`` the ``best`` copy if its score beats the current one (a
+        checkpoint with ``meta.best_is_last``, of a run that ranks no validation, always does).
+
+        Atomic: the new copy is staged complete as ``.tmp-best-<token>`` (hard links locally;
+        uploaded manifest last on a URI), then ``best`` is renamed to ``.old-best-<token>``,
+        the staged copy renamed to ``best`` and the old one deleted.  A kill at any point leaves
+        ``best`` valid or restorable: :meth:`repair_best` (run at every resume and by readers)
+        moves the newest complete staged copy into place."""
+        meta = manifest.get("meta") or {}
+        score = meta.get("score")
+        if not meta.get("best_is_last"):
+            if not isinstance(score, (int, float)):
+                return False
+            current = self.best_score()
+            if current is not None and score <= current:
+                return False
+        token = uuid.uuid4().hex[:8]
+        tmp = join(self.root, f".tmp-best-{token}")
+        old = join(self.root, f".old-best-{token}")
         if self.remote:
-            _upload(Path(local), self.best_uri)
-            return True
-        best = Path(self.best_uri)
-        tmp = best.with_name(f".tmp-best-{uuid.uuid4().hex[:8]}")
-        shutil.copytree(local, tmp, copy_function=_link_or_copy)
-        old = best.with_name(f".old-best-{uuid.uuid4().hex[:8]}")
-        if best.exists():
-            os.replace(best, old)
-        os.replace(tmp, best)
-        shutil.rmtree(old, ignore_errors=True)
+            _upload(Path(local), tmp)
+        else:
+            shutil.copytree(local, tmp, copy_function=_link_or_copy)
+        if fs.exists(self.best_uri):
+            fs.move(self.best_uri, old)
+        fs.move(tmp, self.best_uri)
+        fs.delete_dir(old)
         return True
+
+    def _staged_best(self) -> list[str]:
+        """Complete-looking staged copies of ``best``: new ones (``.tmp-best-*``) first."""
+        names = [n for n in _list_dirs(self.root) if n.startswith((".tmp-best-", ".old-best-"))]
+        names.sort(key=lambda n: (not n.startswith(".tmp-"), n))
+        return [join(self.root, n) for n in names]
+
+    def _verified(self, location: str) -> bool:
+        try:
+            if self.remote:
+                local = self.local(location)
+                try:
+                    read_manifest(local, verify_checksums=True)
+                finally:
+                    shutil.rmtree(local, ignore_errors=True)
+            else:
+                read_manifest(Path(location), verify_checksums=True)
+        except (CheckpointError, OSError):
+            return False
+        return True
+
+    def repair_best(self) -> str | None:
+        """After a kill during :meth:`update_best`: when ``best`` is missing or torn, move the
+        newest complete staged copy into place; staged leftovers are deleted.  Returns the
+        ``best`` location when there is a valid one, else None."""
+        staged = self._staged_best()
+        best_ok = fs.is_file(join(self.best_uri, MANIFEST)) and (
+            not staged or self._verified(self.best_uri)
+        )
+        if not best_ok:
+            for candidate in staged:
+                if self._verified(candidate):
+                    fs.delete_dir(self.best_uri)
+                    fs.move(candidate, self.best_uri)
+                    logger.warning("restored %s from %s", self.best_uri, candidate)
+                    best_ok = True
+                    break
+        for leftover in self._staged_best():
+            fs.delete_dir(leftover)
+        return self.best_uri if best_ok else None
+
+    # ------------------------------------------------------------------ one sequence for all
+    def publish(self, local: Path, keep_last: int) -> dict[str, Any]:
+        """Publish the checkpoint just written at ``local`` (every context calls this): verify
+        it, commit it (upload for a URI), update ``best``, prune.  Returns its manifest."""
+        manifest = read_manifest(local, verify_checksums=True)
+        self.commit(local)
+        self.update_best(local, manifest)
+        self.prune(keep_last)
+        return manifest
+
+    def resume_point(self, resume: bool) -> Found | None:
+        """The checkpoint a (re)started run continues from (every context calls this).
+
+        Interrupted writes are dropped and ``best`` repaired; the newest valid checkpoint is
+        offered to ``best`` again (a run killed between publishing a checkpoint and updating
+        ``best`` loses nothing).  None (no valid checkpoint, or ``resume`` False): the run
+        starts fresh and ``best`` is dropped."""
+        self.repair_best()
+        self.discard_partial()
+        found = self.find_latest() if resume else None
+        if found is None:
+            self.reset()
+            return None
+        self.update_best(found.path, found.manifest)
+        return found
 
     def close(self) -> None:
         """Delete the scratch folder made by this store (if any)."""

@@ -35,7 +35,8 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import Tensor, nn
 
-from .checkpoint import read_manifest
+from cmpnn_dist.storage import fs
+
 from .checkpoint_store import CheckpointStore
 from .run_folder import is_nonempty_dir, move_aside
 
@@ -112,12 +113,16 @@ class LocalContext:
         tensorboard: bool = True,
         announce: bool = True,
     ) -> None:
-        self.run_dir = Path(run_dir).expanduser().resolve()
+        self.run_uri = fs.normalize(run_dir)
         self.device = torch.device(device)
         self.keep_last = keep_last
         self.resume = resume
-        self.store = CheckpointStore(self.run_dir)
-        self.checkpoint_root = Path(self.store.root)
+        self.store = CheckpointStore(self.run_uri)
+        # logs are written to a local folder: the run folder itself, or for a URI a scratch
+        # mirror whose files (all but checkpoints/) are uploaded at each checkpoint and at close
+        local = fs.local_path(self.run_uri) if not self.store.remote else None
+        self.run_dir = local if local is not None else self.store.scratch / "run"
+        self.checkpoint_root = self.store.root
         self.csv_path = self.run_dir / "metrics.csv"
         self.tb_dir = self.run_dir / "tensorboard"
         self._tensorboard = tensorboard
@@ -126,8 +131,8 @@ class LocalContext:
         self._columns: list[str] = list(BASE_COLUMNS)
         self._rows: list[dict[str, Any]] = []
         self.moved_aside: str | None = None
-        if not resume and is_nonempty_dir(str(self.run_dir)):
-            self.moved_aside = move_aside(str(self.run_dir))
+        if not resume and is_nonempty_dir(self.run_uri):
+            self.moved_aside = move_aside(self.run_uri)
             self.say(f"resume=false: moved the existing run folder to {self.moved_aside}")
 
     @property
@@ -154,7 +159,7 @@ class LocalContext:
 
     def latest_checkpoint(self) -> Path | None:
         """The newest valid checkpoint (announced); None starts fresh and clears old logs."""
-        found = self.store.find_latest() if self.resume else None
+        found = self.store.resume_point(self.resume)
         if found is not None:
             self.say(f"resuming from step {found.step}: {found.uri}")
             return found.path
@@ -169,6 +174,13 @@ class LocalContext:
     def start_fresh(self) -> None:
         """Drop logs and ``best`` left in the run folder by attempts that cannot be resumed."""
         self.store.reset()
+        if self.store.remote:
+            for name in ("metrics.csv", "results.json"):
+                fs_file = fs.join(self.run_uri, name)
+                if fs.is_file(fs_file):
+                    fsys, path = fs.filesystem(fs_file)
+                    fsys.delete_file(path)
+            fs.delete_dir(fs.join(self.run_uri, "tensorboard"))
         self._rows = []
         self._columns = list(BASE_COLUMNS)
         self.csv_path.unlink(missing_ok=True)
@@ -176,11 +188,20 @@ class LocalContext:
 
     def commit_checkpoint(self, path: Path) -> dict[str, Any]:
         """Publish the checkpoint just written at ``path``: verify it, update ``best``, prune."""
-        manifest = read_manifest(path, verify_checksums=True)
-        self.store.commit(path)
-        self.store.update_best(path, manifest)
-        self.store.prune(self.keep_last)
+        manifest = self.store.publish(path, self.keep_last)
+        if self.store.remote:
+            shutil.rmtree(path, ignore_errors=True)
+        self.sync()
         return manifest
+
+    def sync(self) -> None:
+        """For a URI run folder: upload the local mirror's files (metrics.csv, TensorBoard
+        events, results.json, ranks_*.parquet), so the run folder holds the same files as a
+        local one.  Nothing to do for a local run folder."""
+        if self.store.remote and self.run_dir.is_dir():
+            if self._writer is not None:
+                self._writer.flush()
+            fs.upload_tree(self.run_dir, self.run_uri, skip=("checkpoints",))
 
     # ------------------------------------------------------------------ metrics
     def on_resume(self, history: list[dict[str, Any]], step: int) -> None:
@@ -247,3 +268,5 @@ class LocalContext:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+        self.sync()
+        self.store.close()

@@ -47,16 +47,16 @@ from .validation import evaluate_split
 __all__ = ["FitResult", "evaluate_split", "fit", "default_run_dir"]
 
 
-def default_run_dir(cfg: Any) -> Path:
+def default_run_dir(cfg: Any) -> str:
     name = cfg.run_name or datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path(cfg.storage_root) / "runs" / name
+    return f"{str(cfg.storage_root).rstrip('/')}/runs/{name}"
 
 
 def fit(
     cfg: Any,
     data: TrainData,
     ctx: TrainContext | None = None,
-    run_dir: Path | None = None,
+    run_dir: str | Path | None = None,
     on_step: Callable[[int], None] | None = None,
 ) -> FitResult:
     """Train a C-MPNN on ``data`` as configured by ``cfg`` (a ``Config`` or its DictConfig).
@@ -76,7 +76,7 @@ def fit(
     tc = cfg.train
     own_ctx = ctx is None
     if ctx is None:
-        run_dir = Path(run_dir) if run_dir is not None else default_run_dir(cfg)
+        run_dir = run_dir if run_dir is not None else default_run_dir(cfg)
         ctx = LocalContext(
             run_dir,
             device=resolve_device(tc.device),
@@ -105,10 +105,11 @@ def fit(
     try:
         result = Trainer(cfg, data, ctx, step_hook).run()
         if result.run_dir is None and run_dir is not None:
-            result.run_dir = Path(run_dir)
-        if ctx.is_main and result.run_dir is not None:
+            result.run_dir = run_dir
+        local_dir = getattr(ctx, "run_dir", None)  # the local folder (or mirror) of the run
+        if ctx.is_main and local_dir is not None and result.run_dir is not None:
             _write_json(
-                Path(result.run_dir) / "results.json",
+                Path(local_dir) / "results.json",
                 {
                     "run_dir": str(result.run_dir),
                     "step": result.step,

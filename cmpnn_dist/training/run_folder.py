@@ -24,8 +24,10 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from cmpnn_dist.config import ENV_STORAGE_ROOT, default_storage_root  # noqa: F401 (re-export)
+from cmpnn_dist.storage import fs
 from cmpnn_dist.storage.errors import StorageError
 
 from .checkpoint_store import CheckpointStore, _delete_dir, filesystem, is_uri
@@ -94,24 +96,18 @@ def run_folder(storage_root: str, run_name: str) -> str:
 
 
 def exists(path_or_uri: str) -> bool:
-    if not is_uri(path_or_uri):
-        return Path(path_or_uri).exists()
-    import pyarrow.fs as pafs
-
-    fs, path = filesystem(path_or_uri)
-    return fs.get_file_info(path).type != pafs.FileType.NotFound
+    return fs.exists(path_or_uri)
 
 
 def is_nonempty_dir(path_or_uri: str) -> bool:
-    if not is_uri(path_or_uri):
-        p = Path(path_or_uri)
-        return p.is_dir() and any(p.iterdir())
+    """True when the folder holds anything besides a run lock (``.lock``)."""
     import pyarrow.fs as pafs
 
-    fs, path = filesystem(path_or_uri)
-    if fs.get_file_info(path).type != pafs.FileType.Directory:
+    fsys, path = filesystem(path_or_uri)
+    if fsys.get_file_info(path).type != pafs.FileType.Directory:
         return False
-    return bool(fs.get_file_info(pafs.FileSelector(path, recursive=False)))
+    infos = fsys.get_file_info(pafs.FileSelector(path, recursive=False))
+    return any(i.base_name != LOCK_FILE for i in infos)
 
 
 def move_aside(run: str) -> str:
@@ -121,8 +117,7 @@ def move_aside(run: str) -> str:
     while exists(target):
         n += 1
         target = f"{run.rstrip('/')}.replaced-{time.strftime('%Y%m%d-%H%M%S')}-{n}"
-    fs, path = filesystem(run)
-    fs.move(path, filesystem(target)[1])
+    fs.move(run, target)
     return target
 
 
@@ -152,3 +147,113 @@ def banner(run: str, storage_root: str, argv: Sequence[str], run_name: str) -> l
         f"run folder: {run}  (storage_root {storage_root}, {source})",
         f"resume with: {resume}",
     ]
+
+
+# ---------------------------------------------------------------------- one run per folder
+LOCK_FILE = ".lock"
+
+
+class RunLock:
+    """``<run>/.lock`` while a run owns its folder: ``{"host", "pid", "started"}``.
+
+    :meth:`acquire` creates it exclusively (``O_EXCL`` locally; on an object store a check,
+    then a write: best effort).  A lock held by a live process -- or by any process of
+    another host, whose liveness cannot be checked from here -- is one
+    :class:`~cmpnn_dist.storage.errors.StorageError` naming its host and pid; the lock of a
+    dead process on this host is taken over with one line.  :meth:`release` deletes it.
+    """
+
+    def __init__(self, run: str) -> None:
+        self.run = fs.normalize(run)
+        self.path = fs.join(self.run, LOCK_FILE)
+        self.held = False
+
+    def _mine(self) -> str:
+        import json
+        import socket
+
+        return json.dumps(
+            {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
+        )
+
+    def _create(self) -> bool:
+        local = fs.local_path(self.path)
+        if local is None:
+            if fs.exists(self.path):
+                return False
+            fs.write_text(self.path, self._mine())
+            return True
+        local.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as f:
+            f.write(self._mine())
+        return True
+
+    def acquire(self, say: Any = print) -> None:
+        import json
+        import socket
+
+        from .checkpoint_store import _pid_alive
+
+        for _ in range(3):
+            if self._create():
+                self.held = True
+                return
+            try:
+                owner = json.loads(fs.read_text(self.path))
+            except (OSError, ValueError):
+                owner = {}
+            host, pid = owner.get("host"), owner.get("pid")
+            here = host == socket.gethostname()
+            if here and isinstance(pid, int) and not _pid_alive(pid):
+                say(f"taking over the lock of run folder {self.run} (pid {pid} on {host} is gone)")
+                self._remove()
+                continue
+            raise StorageError(
+                f"run folder {self.run} is in use by pid {pid} on host {host} "
+                f"({self.path}); wait for it, use another run_name, or delete the lock file "
+                "if that process is gone"
+            )
+        raise StorageError(f"could not lock run folder {self.run} ({self.path})")
+
+    def _remove(self) -> None:
+        local = fs.local_path(self.path)
+        if local is not None:
+            local.unlink(missing_ok=True)
+        elif fs.exists(self.path):
+            fsys, path = fs.filesystem(self.path)
+            fsys.delete_file(path)
+
+    def release(self) -> None:
+        if self.held:
+            self._remove()
+            self.held = False
+
+    def __enter__(self) -> RunLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def lock_run(run: str, resume: bool, say: Any = None) -> RunLock:
+    """Lock run folder ``run`` for this process (see :class:`RunLock`).  With ``resume``
+    False an existing folder is checked for a live owner first, then moved aside
+    (``<run>.replaced-<time>``), and the fresh folder is locked."""
+    import sys
+
+    def _say(msg: str) -> None:
+        print(f"[cmpnn_dist] {msg}", file=sys.stderr, flush=True)
+
+    lock = RunLock(run)
+    lock.acquire(say or _say)
+    if not resume and is_nonempty_dir(run):
+        lock.release()
+        moved = move_aside(run)
+        (say or _say)(f"resume=false: moved the existing run folder to {moved}")
+        lock.acquire(say or _say)
+    return lock

@@ -24,6 +24,8 @@ from .builders import autocast, build_loss, build_lr_scheduler, build_optimizer
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .context import TrainContext
 from .data import TrainData
+from .interrupt import StopRequests, TrainingInterrupted
+from .resume_keys import check_resume
 from .rng import capture_rng_state, restore_rng_state
 from .sampler import QuerySampler
 from .validation import check_eval_options, evaluate_split
@@ -37,7 +39,7 @@ CHECKPOINT_VERSION = 1
 class FitResult:
     """What :func:`fit` returns; ``model`` holds the best weights, ``final_state`` the last."""
 
-    run_dir: Path | None
+    run_dir: Path | str | None  # a local Path, or the URI of a run folder behind one
     best_valid: dict[str, float]
     test: dict[str, float]
     history: list[dict[str, Any]]
@@ -69,7 +71,21 @@ class Trainer:
         ).to(self.device)
         self.optimizer = build_optimizer(cfg, self.model)
         self.loss_fn = build_loss(cfg)
-        self.sampler = QuerySampler(
+        try:
+            self.sampler = self._sampler(data, ctx)
+        except ValueError as exc:  # too few facts for a batch...: the config, one line
+            from cmpnn_dist.config import ConfigError
+
+            raise ConfigError(str(exc)) from None
+        self.total_steps = self.sampler.steps_per_epoch * tc.epochs
+        if tc.max_steps is not None:
+            self.total_steps = min(self.total_steps, tc.max_steps)
+        self.scheduler = build_lr_scheduler(cfg, self.optimizer, self.total_steps)
+        self._init_state()
+
+    def _sampler(self, data: TrainData, ctx: TrainContext) -> QuerySampler:
+        tc = self.cfg.train
+        return QuerySampler(
             data.train.queries,
             data.num_nodes,
             data.num_relations,
@@ -82,10 +98,9 @@ class Trainer:
             node_types=data.train.node_types,
             negatives=str(getattr(tc.negatives, "value", tc.negatives)),
         )
-        self.total_steps = self.sampler.steps_per_epoch * tc.epochs
-        if tc.max_steps is not None:
-            self.total_steps = min(self.total_steps, tc.max_steps)
-        self.scheduler = build_lr_scheduler(cfg, self.optimizer, self.total_steps)
+
+    def _init_state(self) -> None:
+        cfg = self.cfg
         self._graphs: dict[int, Any] = {}
         self.history: list[dict[str, Any]] = []
         self.best_state: dict[str, torch.Tensor] | None = None
@@ -101,6 +116,7 @@ class Trainer:
         self._minutes = getattr(cfg.checkpoint, "every_minutes", None)
         self._last_save = time.monotonic()
         self._time_due = False
+        self._said_no_valid = False
 
     def graph(self, g: Any) -> Any:
         """``g`` on the training device, cached (keeps Graph's lookup caches alive)."""
@@ -136,19 +152,24 @@ class Trainer:
         self._last_save = time.monotonic()
         if not self.ctx.is_main:
             return None
-        meta = {}
+        meta: dict[str, Any] = {}
         if self.last_valid_step == self.step and self.last_valid_mrr is not None:
             meta["score"] = self.last_valid_mrr  # valid MRR of this checkpoint's weights
+        elif self.last_valid_step == self.step:
+            meta["best_is_last"] = True  # validated but nothing ranked: best = the last weights
         return save_checkpoint(self.ctx.checkpoint_path(self.step), self.state(), meta)
 
     def restore(self, path: Path) -> None:
         state = load_checkpoint(path)
-        saved_model = state.get("config", {}).get("model")
-        if saved_model != self.config_dict.get("model"):
-            raise CheckpointError(
-                f"{path}: written for model config {saved_model}, "
-                f"but this run's model config is {self.config_dict.get('model')}"
-            )
+        note = check_resume(
+            path,
+            state.get("config", {}),
+            self.config_dict,
+            int(state["step"]),
+            self.sampler.steps_per_epoch,
+        )
+        if note and self.ctx.is_main:
+            _say(note)
         mine = {
             "num_nodes": self.data.num_nodes,
             "num_relations": self.data.num_relations,
@@ -225,6 +246,10 @@ class Trainer:
         self.last_valid_mrr = metrics.get("mrr")
         if not metrics:  # nothing ranked: finish() keeps the last weights
             self.best_state, self.best_valid, self.best_step = None, {}, self.step
+            if self.ctx.is_main and not self._said_no_valid:
+                self._said_no_valid = True
+                why = "eval.splits has no valid" if len(valid.queries) else "no valid facts"
+                _say(f"no validation ({why}): checkpoints/best holds the last weights")
         elif self.best_step is None or mrr > self.best_valid.get("mrr", float("-inf")):
             self.best_state = _state_copy(self.model)
             self.best_valid, self.best_step = dict(metrics), self.step
@@ -262,11 +287,21 @@ class Trainer:
         if ckpt is not None:
             self.restore(ckpt)
         train_model = ctx.wrap_model(self.model)
+        if self.step >= self.total_steps and self.last_valid_step != self.step:
+            # resumed at the last step from a checkpoint written before its validation (a
+            # mid-epoch one, or the run's length changed): validate and publish it now, so the
+            # run ends with validation and ``best`` as an uninterrupted one does
+            vrow = self.validate(self.sampler.epoch)
+            self.history.append(vrow)
+            ctx.report(vrow, self.save())
         train_model.train()
         total = self.total_steps
         every = cfg.checkpoint.every_steps
         bar = _progress(tc.progress and ctx.is_main, total, self.step)
         t0, recent = time.perf_counter(), []
+        stop = StopRequests() if ctx.world_size == 1 else None  # Ray workers: Ray's handling
+        if stop is not None:
+            stop.__enter__()
         try:
             while self.step < total:
                 epoch = self.sampler.epoch
@@ -280,7 +315,8 @@ class Trainer:
                 row = {"kind": "train", "step": self.step, "epoch": epoch, "loss": loss, "lr": lr}
                 row["time_s"] = round(time.perf_counter() - t0, 3)
                 ckpt = None
-                due = bool(every and self.step % every == 0) or self._time_due
+                stopping = stop is not None and stop.signum is not None
+                due = bool(every and self.step % every == 0) or self._time_due or stopping
                 if due and not epoch_end and self.step < total:
                     self.history.append(row)
                     ckpt = self.save()
@@ -292,6 +328,8 @@ class Trainer:
                     self.history.append(vrow)
                     ckpt = self.save()  # holds vrow in its history
                     ctx.report(vrow, ckpt)
+                if stopping and self.step < total:  # this step's checkpoint is published
+                    raise TrainingInterrupted(stop.signum, self.step, _published(ctx, ckpt))
                 bar.update(1)
                 if self.step % max(tc.log_every, 1) == 0 or epoch_end:
                     mean = sum(recent) / len(recent)
@@ -302,6 +340,8 @@ class Trainer:
                     self.on_step(self.step)
         finally:
             bar.close()
+            if stop is not None:
+                stop.__exit__(None, None, None)
         return self.finish()
 
     def finish(self) -> FitResult:
@@ -325,7 +365,7 @@ class Trainer:
             row.update({f"test_{k}": v for k, v in test.items()})
             self.log(row, None)
         return FitResult(
-            run_dir=getattr(self.ctx, "run_dir", None),
+            run_dir=_public_run_dir(self.ctx),
             best_valid=dict(self.best_valid),
             test=test,
             history=self.history,
@@ -342,6 +382,25 @@ def _say(line: str) -> None:
     from tqdm.auto import tqdm
 
     tqdm.write(line, file=sys.stderr)
+
+
+def _published(ctx: TrainContext, ckpt: Path | None) -> str | None:
+    """Where checkpoint ``ckpt`` (written at a local path) was published."""
+    if ckpt is None:
+        return None
+    uri = getattr(ctx, "run_uri", None)
+    if uri is not None and "://" in str(uri):
+        return f"{uri}/checkpoints/{Path(ckpt).name}"
+    return str(ckpt)
+
+
+def _public_run_dir(ctx: TrainContext) -> Any:
+    """The run folder as the user named it: a local Path, or the URI (a string)."""
+    uri = getattr(ctx, "run_uri", None)
+    local = getattr(ctx, "run_dir", None)
+    if uri is not None and "://" in str(uri):
+        return str(uri)
+    return Path(local) if local is not None else None
 
 
 def _ranks_dir(ctx: TrainContext) -> Path | None:

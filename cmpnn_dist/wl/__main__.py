@@ -24,6 +24,8 @@ from cmpnn_dist.cli import UsageError, run_cli
 from cmpnn_dist.wl.graph import read_kg
 from cmpnn_dist.wl.refine import ETAS, TESTS, run_test
 
+HELP_CONFIG_KEYS = False  # --help: this module's usage, not the training keys
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2 via run_cli

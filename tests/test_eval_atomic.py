@@ -1,0 +1,81 @@
+"""``evaluate`` publishes its outputs all together or not at all.
+
+A child process evaluates a copy of the session's tiny real run and is SIGKILLed when it
+starts ranking the test split (after the valid split's ranks exist in its staging folder):
+the run folder must hold no ``ranks_valid_*`` or ``eval_*`` file afterwards, and the next
+evaluation drops the dead staging folder and publishes everything.  The sharded (Ray) case,
+a worker killed mid-evaluation and retried, is the slow test at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from cmpnn_dist.cli import run_cli
+
+REPO = Path(__file__).resolve().parents[1]
+CHILD = textwrap.dedent(
+    """
+    import os, signal, sys
+    import cmpnn_dist.training.validation as v
+    from cmpnn_dist.cli import run_cli
+    from cmpnn_dist.evaluate import _main
+
+    split = v.evaluate_split
+
+    def evaluate_split(*args, **kwargs):
+        if kwargs.get("split_name") == "test":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return split(*args, **kwargs)
+
+    v.evaluate_split = evaluate_split
+    sys.exit(run_cli(_main, sys.argv[1:]))
+    """
+)
+
+
+def test_a_killed_evaluation_leaves_nothing_and_the_next_one_publishes_all(real_run, tmp_path):
+    from cmpnn_dist.evaluate import _main
+
+    run = tmp_path / "run"
+    shutil.copytree(real_run["run_dir"], run)
+    before = {p.name for p in run.iterdir()}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, f"ckpt={run}/checkpoints/best"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    after = {p.name for p in run.iterdir() if not p.name.startswith(".tmp-eval-")}
+    assert after == before  # no ranks_valid_all.parquet, no eval_all.json
+    assert any(p.name.startswith(".tmp-eval-") for p in run.iterdir())  # it was staging
+    assert run_cli(_main, [f"ckpt={run}/checkpoints/best"]) == 0
+    names = {p.name for p in run.iterdir()}
+    assert {"ranks_valid_all.parquet", "ranks_test_all.parquet", "eval_all.json"} <= names
+    assert not any(n.startswith(".tmp-eval-") for n in names)
+
+
+@pytest.mark.slow
+def test_a_sharded_evaluation_retries_a_killed_worker(real_run, tmp_path, monkeypatch):
+    """Worker 1 is SIGKILLed at its first scored batch (once); the group ranks again and the
+    result equals the one-process evaluation."""
+    from cmpnn_dist.evaluate import evaluate_checkpoint
+
+    run = tmp_path / "run"
+    shutil.copytree(real_run["run_dir"], run)
+    one = evaluate_checkpoint(run / "checkpoints" / "best", [])
+    monkeypatch.setenv("CMPNN_FAULT", "kill@rank1:step1")
+    monkeypatch.setenv("CMPNN_FAULT_DIR", str(tmp_path / "faults"))
+    (tmp_path / "faults").mkdir()
+    opts = ["cluster.num_workers=2", "cluster.cpus_per_worker=1", "cluster.max_failures=1"]
+    two = evaluate_checkpoint(run / "checkpoints" / "best", opts)
+    assert (tmp_path / "faults" / "kill-rank1-step1.fired").exists()
+    assert two["test"]["mrr"] == pytest.approx(one["test"]["mrr"], abs=1e-9)
+    assert two["valid"]["mrr"] == pytest.approx(one["valid"]["mrr"], abs=1e-9)

@@ -1,0 +1,91 @@
+"""Names stay inside the store, and one run owns a run folder at a time.
+
+``run_name``, ``data.name`` and ``sweep_name`` that would leave the store (separators, ``..``,
+absolute paths, hidden names) are one ``error:`` line, exit status 2, with nothing written
+anywhere; a second run on a locked folder is one line naming the owner's host and pid; the
+lock of a dead process is taken over with one line.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _real_run import TINY
+
+from cmpnn_dist.cli import run_cli
+from cmpnn_dist.storage import StorageError
+from cmpnn_dist.train import _main
+from cmpnn_dist.training.run_folder import LOCK_FILE, RunLock
+
+
+@pytest.mark.parametrize(
+    "arg",
+    [
+        "run_name=../../x",
+        "run_name=/tmp/elsewhere",
+        "run_name=a/../../b",
+        "run_name=.hidden",
+        "data.name=../escaped",
+        "data.name=/abs/data",
+        "data.name=a/b",
+    ],
+)
+def test_a_name_that_leaves_the_store_is_one_error_line(tmp_path, capsys, monkeypatch, arg):
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "store"
+    argv = [f"storage_root={root}", *[a for a in TINY if not a.startswith("data.name")], arg]
+    assert run_cli(_main, argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ")
+    assert arg.split("=")[0] in err[0] and "inside the store" in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written, anywhere
+
+
+def test_a_sweep_name_that_leaves_the_store_is_one_error_line(tmp_path, capsys):
+    argv = ["-m", f"storage_root={tmp_path}", "sweep_name=../x", "train.seed=0,1"]
+    assert run_cli(_main, argv) == 2
+    assert "sweep_name='../x' must be a plain folder name" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_locked_run_folder_is_refused_naming_its_owner(tmp_path, capsys):
+    """The lock of a live process (a real sleeping child) refuses a second run."""
+    run = tmp_path / "runs" / "tiny"
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        run.mkdir(parents=True)
+        lock = {"host": socket.gethostname(), "pid": owner.pid, "started": 0}
+        (run / LOCK_FILE).write_text(json.dumps(lock))
+        argv = [f"storage_root={tmp_path}", "run_name=tiny", *TINY]
+        assert run_cli(_main, argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert err.startswith(f"error: run folder {run} is in use by pid {owner.pid} on host")
+        assert sorted(p.name for p in run.iterdir()) == [LOCK_FILE]  # nothing else written
+    finally:
+        owner.kill()
+        owner.wait()
+    # the owner is gone: the next run takes the lock over (one line) and trains
+    assert run_cli(_main, argv) == 0
+    err = capsys.readouterr().err
+    assert f"taking over the lock of run folder {run} (pid {owner.pid}" in err
+    assert not (run / LOCK_FILE).exists()  # released at the end
+    assert (run / "checkpoints" / "best" / "manifest.json").is_file()
+
+
+def test_a_lock_on_another_host_is_refused_and_released_locks_are_gone(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / LOCK_FILE).write_text(json.dumps({"host": "elsewhere", "pid": 1}))
+    with pytest.raises(StorageError, match="in use by pid 1 on host elsewhere"):
+        RunLock(str(run)).acquire()
+    (run / LOCK_FILE).unlink()
+    with RunLock(str(run)) as lock:
+        assert json.loads(Path(lock.path).read_text())["pid"] > 0
+        with pytest.raises(StorageError, match="in use by pid"):
+            RunLock(f"file://{run}").acquire()  # the same folder by its URI
+    assert not (run / LOCK_FILE).exists()
