@@ -17,13 +17,10 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from cmpnn_dist.config import Config, ConfigError, register_configs, validate
+from cmpnn_dist.errors import UsageError
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_ROOT.parent
-
-
-class UsageError(Exception):
-    """A user mistake (bad config, missing data): printed as one line, exit status 2."""
 
 
 def conf_dir() -> Path:
@@ -222,23 +219,9 @@ def run_cli(main: Callable[[list[str]], dict[str, Any]], argv: Sequence[str] | N
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    """Exceptions that describe bad input (config, data files, checkpoints), not bugs."""
-    errors: list[type[BaseException]] = [UsageError, ConfigError]
-    try:
-        from cmpnn_dist.storage import StorageError
-
-        errors.append(StorageError)
-    except ImportError:
-        pass
-    try:
-        from cmpnn_dist.training.checkpoint import CheckpointError
-
-        errors.append(CheckpointError)
-    except ImportError:
-        pass
-    if "cmpnn_dist.distributed.driver" in sys.modules:  # never import Ray just for this
-        errors.append(sys.modules["cmpnn_dist.distributed.driver"].DistributedTrainingError)
-    return tuple(errors)
+    """Exceptions that describe bad input (config, data files, checkpoints), not bugs: the one
+    library error type, :class:`cmpnn_dist.errors.UsageError`, and its subclasses."""
+    return (UsageError,)
 
 
 def _jsonable(obj: Any) -> Any:

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from cmpnn_dist.errors import UsageError
+
 Family = Literal["cmpnn", "rgcn", "compgcn"]
 Init = Literal[0, 1, 2, 3]
 # the paper's MSG 1-3 and the names registered in cmpnn_dist.model.messages (its choices();
@@ -42,7 +44,7 @@ Ties = Literal["pessimistic", "average"]
 Backend = Literal["auto", "gloo", "nccl"]
 
 
-class ConfigError(ValueError):
+class ConfigError(UsageError, ValueError):
     """A config value outside its declared range; the message names the dotted key."""
 
 

@@ -23,7 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cmpnn_dist.cli import UsageError, run_cli
+from cmpnn_dist.cli import run_cli
+from cmpnn_dist.errors import UsageError
 
 # metrics drawn on the validation plot (all in [0, 1]); mean rank and counts are not
 UNIT_METRICS = ("mrr", "hits@1", "hits@3", "hits@10", "hits@10_50", "accuracy")

@@ -27,7 +27,7 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
-from cmpnn_dist.cli import UsageError
+from cmpnn_dist.errors import UsageError
 from cmpnn_dist.graph import Graph
 from cmpnn_dist.predict.search import beam_search_paths
 
