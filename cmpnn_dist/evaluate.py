@@ -26,8 +26,9 @@ set_openmp_defaults()  # before torch loads OpenMP (see cmpnn_dist/openmp_env.py
 
 from omegaconf import OmegaConf  # noqa: E402
 
-from cmpnn_dist.cli import ensure_dataset, run_cli, split_args  # noqa: E402
+from cmpnn_dist.cli import run_cli, split_args  # noqa: E402
 from cmpnn_dist.config import Config, validate  # noqa: E402
+from cmpnn_dist.convert.prepare import ensure_dataset  # noqa: E402
 from cmpnn_dist.errors import UsageError  # noqa: E402
 
 

@@ -19,8 +19,9 @@ from cmpnn_dist.openmp_env import set_openmp_defaults
 
 set_openmp_defaults()  # before torch loads OpenMP (see cmpnn_dist/openmp_env.py)
 
-from cmpnn_dist.cli import compose_config, ensure_dataset, run_cli, split_args  # noqa: E402
+from cmpnn_dist.cli import compose_config, run_cli, split_args  # noqa: E402
 from cmpnn_dist.config import Config  # noqa: E402
+from cmpnn_dist.convert.prepare import ensure_dataset  # noqa: E402
 from cmpnn_dist.errors import UsageError  # noqa: E402
 
 

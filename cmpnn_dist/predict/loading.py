@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from cmpnn_dist.cli import UsageError, ensure_dataset
 from cmpnn_dist.config import Config
+from cmpnn_dist.convert.prepare import ensure_dataset
+from cmpnn_dist.errors import UsageError
 
 
 def load_model(path: Path, overrides: list[str], weights: str = "best") -> tuple[Any, Config, Any]:
