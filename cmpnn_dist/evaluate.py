@@ -24,50 +24,9 @@ from cmpnn_dist.openmp_env import set_openmp_defaults
 
 set_openmp_defaults()  # before torch loads OpenMP (see cmpnn_dist/openmp_env.py)
 
-from omegaconf import OmegaConf  # noqa: E402
-
 from cmpnn_dist.cli import run_cli, split_args  # noqa: E402
-from cmpnn_dist.config import Config, validate  # noqa: E402
 from cmpnn_dist.convert.prepare import ensure_dataset  # noqa: E402
 from cmpnn_dist.errors import UsageError  # noqa: E402
-
-
-def resolve_checkpoint(path: Path) -> Path:
-    """A checkpoint folder, or the newest valid one of a run folder (or its ``checkpoints``)."""
-    from cmpnn_dist.training.checkpoint_store import CHECKPOINTS_DIR, CheckpointStore
-
-    if (path / "manifest.json").is_file():
-        return path
-    run = path.parent if path.name == CHECKPOINTS_DIR else path
-    found = CheckpointStore(run).find_latest() if path.is_dir() else None
-    if found is None:
-        raise UsageError(
-            f"no valid checkpoint at {path} (expected a checkpoint, run or checkpoints folder)"
-        )
-    return found.path
-
-
-def run_dir_of(ckpt: Path) -> Path:
-    """The run folder of checkpoint folder ``ckpt`` (``<run>/checkpoints/<name>``)."""
-    from cmpnn_dist.training.checkpoint_store import CHECKPOINTS_DIR
-
-    return ckpt.parent.parent if ckpt.parent.name == CHECKPOINTS_DIR else ckpt.parent
-
-
-def config_from_checkpoint(saved: dict[str, Any], overrides: list[str]) -> Config:
-    """The run's saved config with ``overrides`` on top.  ``data.rebuild`` is a one-off request
-    of the run that saved it, not a property of the model: it is not carried over."""
-    saved = {**saved, "data": {k: v for k, v in saved.get("data", {}).items() if k != "rebuild"}}
-    try:
-        merged = OmegaConf.merge(
-            OmegaConf.structured(Config), saved, OmegaConf.from_dotlist(overrides)
-        )
-        cfg = OmegaConf.to_object(merged)
-    except Exception as exc:
-        raise UsageError(f"config error: {' '.join(str(exc).split())}") from exc
-    assert isinstance(cfg, Config)
-    validate(cfg)
-    return cfg
 
 
 def evaluate_checkpoint(path: Path, overrides: list[str], weights: str = "best") -> dict:
@@ -76,11 +35,13 @@ def evaluate_checkpoint(path: Path, overrides: list[str], weights: str = "best")
     from cmpnn_dist.storage import open_dataset
     from cmpnn_dist.training.checkpoint import load_checkpoint
     from cmpnn_dist.training.data import load_train_data
-    from cmpnn_dist.training.validation import (
-        check_eval_options,
-        evaluate_splits,
+    from cmpnn_dist.training.restore import (
+        config_from_checkpoint,
         model_from_state,
+        resolve_checkpoint,
+        run_dir_of,
     )
+    from cmpnn_dist.training.validation import check_eval_options, evaluate_splits
 
     ckpt = resolve_checkpoint(path)
     state = load_checkpoint(ckpt)

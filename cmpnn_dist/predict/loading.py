@@ -16,10 +16,13 @@ def load_model(path: Path, overrides: list[str], weights: str = "best") -> tuple
     ``path``: a checkpoint folder or a run folder (its newest valid checkpoint);
     ``weights``: ``best`` (by validation MRR, when the checkpoint holds it) or ``last``.
     """
-    from cmpnn_dist.evaluate import config_from_checkpoint, resolve_checkpoint
     from cmpnn_dist.storage import open_dataset
     from cmpnn_dist.training.checkpoint import load_checkpoint
-    from cmpnn_dist.training.validation import model_from_state
+    from cmpnn_dist.training.restore import (
+        config_from_checkpoint,
+        model_from_state,
+        resolve_checkpoint,
+    )
 
     if weights not in ("best", "last"):
         raise UsageError(f"weights={weights!r}: choose best or last")

@@ -127,31 +127,6 @@ def check_eval_options(cfg: Any, data: Any) -> None:
         )
 
 
-def model_from_state(
-    cfg: Any, state: dict[str, Any], weights: str, num_relations: int, num_nodes: int,
-    inductive: bool,
-) -> nn.Module:  # fmt: skip
-    """The model of ``cfg.model`` (:func:`~cmpnn_dist.model.build.build_model`) for a dataset of
-    that size with a checkpoint's ``best`` weights (by valid MRR; the current ones when there
-    are none or ``weights="last"``).  ValueError when they do not fit (``evaluate`` and
-    ``predict`` both load through here)."""
-    from cmpnn_dist.model.build import build_model
-
-    model = build_model(cfg.model, cfg.ops, num_relations, num_nodes, inductive)
-    best = (state.get("best") or {}).get("state")
-    params = best if (weights == "best" and best is not None) else state["model"]
-    try:
-        model.load_state_dict(params)
-    except RuntimeError as exc:
-        first = str(exc).strip().splitlines()
-        detail = "; ".join(line.strip() for line in first[1:4]) or first[0]
-        raise ValueError(
-            "the checkpoint does not fit the configured model "
-            f"(was it written with another model configuration?): {detail}"
-        ) from exc
-    return model
-
-
 def evaluate_splits(
     model: nn.Module,
     data: Any,
