@@ -9,6 +9,7 @@ otherwise training runs in this process.  The last stdout line is one JSON objec
 
 from __future__ import annotations
 
+import importlib
 import sys
 import time
 from collections.abc import Sequence
@@ -132,7 +133,15 @@ def sweep(preset: str, overrides: list[str], name: str | None) -> dict[str, Any]
             ensure_dataset(c)
     from cmpnn_dist.distributed.sweep import run_sweep
 
-    return run_sweep(configs, preset, fixed, cells, name or default_sweep_name(preset))
+    # by its importable name, so that Ray pickles a reference (this file may run as __main__)
+    cell_fn = importlib.import_module("cmpnn_dist.train").train_cell
+    return run_sweep(configs, preset, fixed, cells, name or default_sweep_name(preset), cell_fn)
+
+
+def train_cell(preset: str, overrides: list[str]) -> dict[str, Any]:
+    """One sweep cell, in its Ray Tune trial: compose its config and train it (a finished run
+    is skipped by the caller; an unfinished one resumes from its checkpoints)."""
+    return train(compose_config(preset, overrides))
 
 
 def main() -> None:
