@@ -89,6 +89,8 @@ def compose_config(preset: str, overrides: Sequence[str]) -> Config:
         given = f" with {' '.join(user_overrides)}" if user_overrides else ""
         raise UsageError(f"config error in conf/{preset}.yaml{given}: {_one_line(exc)}") from exc
     assert isinstance(obj, Config)
+    import cmpnn_dist.model.messages  # noqa: F401  (registers the message functions' checks)
+
     try:
         validate(obj)
     except ConfigError as exc:

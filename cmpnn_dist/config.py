@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -251,11 +252,27 @@ def validate_section(obj: Any, prefix: str) -> None:
             _check_field(key, value, f.metadata)
 
 
+_REGISTERED_CHECKS: list[Callable[[Config], None]] = []
+
+
+def register_check(check: Callable[[Config], None]) -> Callable[[Config], None]:
+    """Add a rule that :func:`validate` runs after the field checks.  Registries register into
+    the schema this way (the model's message registry adds each message function's own
+    ``check_config``: rotate needs an even ``model.hidden_dim``), so this module imports no
+    layer below it; ``check`` raises ValueError (or ConfigError) naming the key.  Whoever
+    validates a config for a run (the CLIs, checkpoint restore) imports those registries first.
+    Idempotent: registering the same function twice keeps one."""
+    if check not in _REGISTERED_CHECKS:
+        _REGISTERED_CHECKS.append(check)
+    return check
+
+
 def validate(cfg: Config) -> None:
     """All value checks of a composed config; raises :class:`ConfigError` naming the key.
 
     Field ranges come from the schema (:func:`option`, :func:`number`); below are the checks
-    that join several fields or look at this machine (CUDA, Triton, torch-scatter)."""
+    that join several fields, those registered with :func:`register_check`, and those that
+    look at this machine (CUDA, Triton, torch-scatter)."""
     validate_section(cfg, "")
     workers = max(cfg.cluster.num_workers, 1)
     if cfg.train.batch_size % workers:
@@ -268,11 +285,11 @@ def validate(cfg: Config) -> None:
         raise ConfigError(
             f"model.num_bases={m.num_bases} is used only with model.message=3 or model.family=rgcn"
         )
-    if m.family == "cmpnn":  # the message function's own checks (rotate: even hidden_dim)
-        from cmpnn_dist.model.messages import resolve  # the registry; imports torch
-
+    for check in _REGISTERED_CHECKS:  # rules registered by the layers below (message functions)
         try:
-            resolve(m.message).check_config(m)
+            check(cfg)
+        except ConfigError:
+            raise
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     if cfg.data.node_types is not None and not cfg.data.source.startswith("tsv:"):
