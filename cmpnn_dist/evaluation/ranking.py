@@ -29,11 +29,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from cmpnn_dist.config import Protocol, choices
 from cmpnn_dist.evaluation.metrics import TIES, ranking_metrics, tied_rank
 from cmpnn_dist.evaluation.rank_table import RankTable
 from cmpnn_dist.graph import Graph
 
-PROTOCOLS = ("all", "typed", "ogb")
+PROTOCOLS: tuple[str, ...] = choices(Protocol)  # the config's Literal: the one list
 _RANK_ELEMENTS = 1 << 24  # (queries x N) entries compared at once
 
 

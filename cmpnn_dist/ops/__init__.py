@@ -78,6 +78,7 @@ from cmpnn_dist.ops.messages import (
     message_names,
     register_message,
 )
+from cmpnn_dist.ops.reductions import AGGREGATORS
 
 IMPL_MODULES: dict[str, str] = {
     "naive": "cmpnn_dist.ops.naive",
@@ -87,7 +88,6 @@ IMPL_MODULES: dict[str, str] = {
     "scatter": "cmpnn_dist.ops.scatter",
 }
 ALWAYS = ("naive", "reference", "generic")  # plain torch: always importable
-AGGREGATORS = ("sum", "sumsq", "max", "min")
 
 _loaded: dict[str, ModuleType | None] = {}
 
