@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import re
 
-import pytest
-
 import _imports as imp
+import pytest
 
 
 def entry_point_imports(graph: dict[str, frozenset[str]]) -> list[str]:
