@@ -16,7 +16,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from cmpnn_dist.config import Config, ConfigError, register_configs, validate
+from cmpnn_dist.config import Config, ConfigError, allowed_values, register_configs, validate
 from cmpnn_dist.errors import UsageError
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
@@ -122,7 +122,9 @@ def help_text(doc: str | None) -> str:
             if dataclasses.is_dataclass(value):
                 walk(value, f"{prefix}{f.name}.")
                 continue
-            allowed = f.metadata.get("choices")
+            allowed = (
+                allowed_values(prefix + f.name, f.metadata) if "choices" in f.metadata else None
+            )
             extra = f"  ({' | '.join(map(str, allowed))})" if allowed else ""
             lines.append(f"  {prefix}{f.name}={value!r}{extra}")
 

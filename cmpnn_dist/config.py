@@ -224,9 +224,28 @@ class Config:
     resume: bool = True  # continue <root>/runs/<run_name> when it holds a checkpoint
 
 
+_REGISTERED_CHOICES: dict[str, list[Any]] = {}
+
+
+def register_choice(key: str, value: Any) -> None:
+    """Accept ``value`` for the choice field ``key`` (dotted, e.g. ``model.aggregate``) beyond
+    its ``Literal``: the registries of the layers below (message functions, aggregations,
+    evaluation protocols) call this for each entry they register, so a new entry is one file
+    and the schema imports none of them.  Idempotent."""
+    values = _REGISTERED_CHOICES.setdefault(key, [])
+    if value not in values:
+        values.append(value)
+
+
+def allowed_values(key: str, meta: Any) -> tuple[Any, ...]:
+    """The values choice field ``key`` accepts: its ``Literal``'s, then registered ones."""
+    extra = [v for v in _REGISTERED_CHOICES.get(key, ()) if v not in meta["choices"]]
+    return (*meta["choices"], *extra)
+
+
 def _check_field(key: str, value: Any, meta: Any) -> None:
     if "choices" in meta:
-        allowed = meta["choices"]
+        allowed = allowed_values(key, meta)
         for item in value if meta["each"] else [value]:
             if item not in allowed or isinstance(item, bool):
                 raise ConfigError(f"bad value {item!r} for {key}; choose one of {list(allowed)}")

@@ -8,7 +8,7 @@ For B queries (u_b, q_b) at once, with R2 = 2|R| relations (inverses included):
     logit(v | u, q)  = MLP([h^(T)_{v|u,q} || z_q])                           [B, N]
 
 so one forward pass scores every candidate tail v.  Head prediction is tail prediction with
-the inverse relation q + |R|.  See :mod:`.init`, :mod:`.messages`, :mod:`.aggregate`,
+the inverse relation q + |R|.  See :mod:`.init`, :mod:`.messages`, :mod:`.aggregations`,
 :mod:`.readout`, :mod:`.layer` and :mod:`.decoder` for each component's equation.
 """
 
@@ -18,8 +18,7 @@ from torch import Tensor, nn
 
 from cmpnn_dist.config import History, ModelConfig, OpsConfig, choices
 from cmpnn_dist.graph import Graph
-from cmpnn_dist.model import messages
-from cmpnn_dist.model.aggregate import AGGREGATE_KINDS
+from cmpnn_dist.model import aggregations, messages
 from cmpnn_dist.model.decoder import Decoder
 from cmpnn_dist.model.init import INIT_KINDS, initial_states
 from cmpnn_dist.model.layer import CMPNNLayer
@@ -32,7 +31,7 @@ def check_model_config(cfg: ModelConfig) -> None:
     """Raise ValueError naming the first invalid ``model.*`` key."""
     checks = [
         ("init", cfg.init, INIT_KINDS),
-        ("aggregate", cfg.aggregate, AGGREGATE_KINDS),
+        ("aggregate", cfg.aggregate, aggregations.names()),
         ("history", str(cfg.history), HISTORY_KINDS),
         ("readout", cfg.readout, READOUT_KINDS),
     ]

@@ -1,72 +1,90 @@
-"""AGG: aggregation of the incoming messages of a node (paper section 4.1, appendix E).
+"""AGG: the aggregation protocol and its registry (paper section 4.1, appendix E).
 
-With M_v the multiset of messages into v (kept edges only) and deg(v) = |M_v|:
+An aggregation turns the raw reductions of :func:`cmpnn_dist.ops.propagate` over the messages
+M_v into node v (``sum``, ``sumsq``, ``max``, ``min`` each float [N, B, d]; ``degree`` [N],
+deg(v) = |M_v|, kept edges only) into AGG_v float [N, B, width * d].  A subclass declares
+``name`` (the ``model.aggregate`` value), ``reductions`` (the subset of
+:data:`cmpnn_dist.ops.reductions.AGGREGATORS` it reads), ``width`` and ``formula``, implements
+``forward(raw)``, and is added with :func:`register`; the layer's W_0 maps
+[h^{f(t)} || AGG_v] (d + width d) back to d.  ``combine`` may be overridden to compute
+W_0 [h || AGG] without building AGG (PNA does).
 
-    sum:   AGG_v = sum M_v
-    mean:  AGG_v = sum M_v / max(deg(v), 1)
-    max:   AGG_v = max M_v (elementwise; 0 when M_v is empty)
-    pna:   (Corso et al., 2020) statistics  S_v = [mean, max, min, std] (4d), with
-           std = sqrt(relu(E[m^2] - E[m]^2) + 1e-6), then three degree scalers
-           AGG_v = [S_v,  S_v * s_v,  S_v / max(s_v, 1e-2)]   (12d),
-           s_v = log(deg(v) + 1) / delta,  delta = mean_{w in V} log(deg(w) + 1).
-
-Output widths: d for sum / mean / max, 12 d for pna; the layer's W_0 maps them back to d.
+A new aggregation is one new file in this package (every module here is imported by the
+package, see ``__init__.py``): ``docs/extending.md`` has a worked example.  One that needs a
+reduction ``propagate`` does not compute also needs that reduction in every ops impl.
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from torch import Tensor, nn
 
-from cmpnn_dist.config import Aggregate, choices
-
-AGGREGATE_KINDS = choices(Aggregate)  # the one list: cmpnn_dist.config
-_NEEDS = {
-    "sum": ("sum",),
-    "mean": ("sum",),
-    "max": ("max",),
-    "pna": ("sum", "sumsq", "max", "min"),
-}
+from cmpnn_dist.config import register_choice
+from cmpnn_dist.ops.reductions import AGGREGATORS
 
 
 class Aggregation(nn.Module):
-    """Parameter-free aggregation built from the raw reductions of ``propagate``."""
+    """Parameter-free AGG built from the raw reductions of ``propagate``."""
 
-    def __init__(self, kind: str):
-        super().__init__()
-        if kind not in AGGREGATE_KINDS:
-            raise ValueError(f"unknown model.aggregate {kind!r}; choices: {AGGREGATE_KINDS}")
-        self.kind = kind
+    name: ClassVar[str]
+    reductions: ClassVar[tuple[str, ...]]
+    width: ClassVar[int] = 1
+    formula: ClassVar[str] = ""
+
+    @property
+    def kind(self) -> str:
+        """The ``model.aggregate`` value (``name``)."""
+        return self.name
 
     @property
     def ops_aggregators(self) -> tuple[str, ...]:
         """The raw reductions this aggregation needs from ``propagate``."""
-        return _NEEDS[self.kind]
+        return self.reductions
 
     def out_dim(self, dim: int) -> int:
-        return 12 * dim if self.kind == "pna" else dim
+        """Width of AGG_v for hidden size ``dim``: ``width * dim``."""
+        return self.width * dim
 
     def forward(self, raw: dict[str, Tensor]) -> Tensor:
         """Args: raw: ``propagate`` output (each [N, B, d]; ``degree`` [N]).
-        Returns: float [N, B, d] (sum / mean / max) or [N, B, 12 d] (pna)."""
-        if self.kind == "sum":
-            return raw["sum"]
-        if self.kind == "max":
-            return raw["max"]
-        if self.kind == "mean":
-            return raw["sum"] / raw["degree"].clamp(min=1).view(-1, 1, 1)
-        stats, scale = self.pna_parts(raw)
-        return torch.cat([stats, stats * scale, stats / scale.clamp(min=1e-2)], dim=-1)
+        Returns: AGG float [N, B, width * d]."""
+        raise NotImplementedError
 
-    @staticmethod
-    def pna_parts(raw: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
-        """PNA statistics S = [mean, max, min, std] float [N, B, 4d] and the log-degree
-        scaler s float [N, 1, 1]; AGG = [S, S s, S / max(s, 1e-2)]."""
-        deg = raw["degree"]
-        count = deg.clamp(min=1).view(-1, 1, 1)
-        mean = raw["sum"] / count
-        std = torch.sqrt(torch.relu(raw["sumsq"] / count - mean * mean) + 1e-6)
-        stats = torch.cat([mean, raw["max"], raw["min"], std], dim=-1)
-        log_deg = torch.log(deg + 1)
-        scale = (log_deg / log_deg.mean().clamp(min=1e-6)).view(-1, 1, 1)
-        return stats, scale
+    def combine(self, linear: nn.Linear, h_hist: Tensor, raw: dict[str, Tensor]) -> Tensor:
+        """W_0 [h^{f(t)} || AGG] + bias, float [N, B, d] (``linear``: d + width d -> d)."""
+        return linear(torch.cat([h_hist, self(raw)], dim=-1))
+
+
+_REGISTRY: dict[str, type[Aggregation]] = {}
+
+
+def register(cls: type[Aggregation]) -> type[Aggregation]:
+    """Class decorator: make ``cls`` selectable as ``model.aggregate: <cls.name>``."""
+    unknown = [r for r in cls.reductions if r not in AGGREGATORS]
+    if unknown:
+        raise ValueError(
+            f"aggregation {cls.name!r} needs reductions {unknown} that ops.propagate does not "
+            f"compute (it computes {list(AGGREGATORS)})"
+        )
+    _REGISTRY[cls.name] = cls
+    register_choice("model.aggregate", cls.name)
+    return cls
+
+
+def names() -> list[str]:
+    """The registered ``model.aggregate`` values, in registration order."""
+    return list(_REGISTRY)
+
+
+def resolve(name: str) -> type[Aggregation]:
+    """The aggregation class of ``name``; ValueError naming the choices when unknown."""
+    if name not in _REGISTRY:
+        raise ValueError(f"model.aggregate={name!r} is not one of {names()}")
+    return _REGISTRY[name]
+
+
+def build(name: str) -> Aggregation:
+    """An instance of the aggregation ``name``."""
+    return resolve(name)()
