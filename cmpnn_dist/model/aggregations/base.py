@@ -21,7 +21,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from cmpnn_dist.config import register_choice
+from cmpnn_dist.config import Aggregate, choices, register_choice
 from cmpnn_dist.ops.reductions import AGGREGATORS
 
 
@@ -74,8 +74,10 @@ def register(cls: type[Aggregation]) -> type[Aggregation]:
 
 
 def names() -> list[str]:
-    """The registered ``model.aggregate`` values, in registration order."""
-    return list(_REGISTRY)
+    """The registered ``model.aggregate`` values: the config's ``Aggregate`` ones in its
+    order, then the others in registration order."""
+    builtin = [n for n in choices(Aggregate) if n in _REGISTRY]
+    return builtin + [n for n in _REGISTRY if n not in builtin]
 
 
 def resolve(name: str) -> type[Aggregation]:

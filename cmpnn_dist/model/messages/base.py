@@ -20,7 +20,7 @@ from typing import ClassVar
 
 from torch import Tensor, nn
 
-from cmpnn_dist.config import Config, ModelConfig, register_check
+from cmpnn_dist.config import Config, ModelConfig, register_check, register_choice
 
 Relation = Tensor | tuple[Tensor, ...]
 
@@ -63,6 +63,7 @@ def register(cls: type[MessageFunction]) -> type[MessageFunction]:
     """Class decorator: make ``cls`` selectable as ``model.message: <cls.name>`` (and
     ``<cls.number>`` when it has one)."""
     _REGISTRY[cls.name] = cls
+    register_choice("model.message", cls.name)
     if cls.number is not None:
         _NUMBERS[cls.number] = cls.name
     return cls
