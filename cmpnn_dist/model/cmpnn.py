@@ -14,6 +14,8 @@ the inverse relation q + |R|.  See :mod:`.init`, :mod:`.messages`, :mod:`.aggreg
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from torch import Tensor, nn
 
 from cmpnn_dist.config import History, ModelConfig, OpsConfig, choices
@@ -83,9 +85,11 @@ class CMPNN(nn.Module):
         heads: Tensor,
         rels: Tensor,
         edge_mask: Tensor | None = None,
-        edge_weight: Tensor | None = None,
+        edge_weight: Tensor | Sequence[Tensor] | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """Returns ``(h^(T) float [N, B, d], z_q float [B, d])``; arguments as :meth:`forward`."""
+        """Returns ``(h^(T) float [N, B, d], z_q float [B, d])``; arguments as :meth:`forward`,
+        where ``edge_weight`` may also be a list of one weight tensor per layer (layer t
+        scales its messages by ``edge_weight[t]``: per-layer path explanations)."""
         self._check(graph, heads, rels)
         z_q = self.query(rels)
         h0 = initial_states(self.cfg.init, heads, z_q, graph.num_nodes)
@@ -93,9 +97,10 @@ class CMPNN(nn.Module):
         if self.cfg.readout == "relation":
             node_sets = relation_node_sets(graph, rels, edge_mask)
         h = h0
-        for layer in self.layers:
+        weights = _per_layer(edge_weight, len(self.layers))
+        for layer, weight in zip(self.layers, weights, strict=True):
             hist = h if str(self.cfg.history) == "t" else h0
-            h = layer(graph, h, hist, z_q, edge_mask, node_sets, edge_weight)
+            h = layer(graph, h, hist, z_q, edge_mask, node_sets, weight)
         return h, z_q
 
     def node_states(
@@ -115,7 +120,7 @@ class CMPNN(nn.Module):
         heads: Tensor,
         rels: Tensor,
         edge_mask: Tensor | None = None,
-        edge_weight: Tensor | None = None,
+        edge_weight: Tensor | Sequence[Tensor] | None = None,
     ) -> Tensor:
         """Scores of every tail v for each query (u_b = heads[b], q_b = rels[b] in [0, 2|R|)).
 
@@ -126,8 +131,20 @@ class CMPNN(nn.Module):
             edge_weight: optional float [E] (shared) or [B, E] (per query): every layer
                 multiplies each edge's message by its weight before aggregating (see
                 :func:`cmpnn_dist.ops.propagate`); the logits are differentiable in it, which
-                is what gradient-based path explanations use.  ``None`` = all ones.
+                is what gradient-based path explanations use.  ``None`` = all ones; a list
+                of one tensor per layer weights each layer separately.
         Returns: logits float [B, N].
         """
         h, z_q = self.encode(graph, heads, rels, edge_mask, edge_weight)
         return self.decoder(h.transpose(0, 1), z_q)
+
+
+def _per_layer(
+    edge_weight: Tensor | Sequence[Tensor] | None, num_layers: int
+) -> list[Tensor | None]:
+    """One edge-weight argument per layer: the same tensor (or None) for all, or the list's."""
+    if isinstance(edge_weight, list | tuple):
+        if len(edge_weight) != num_layers:
+            raise ValueError(f"{num_layers} layers but {len(edge_weight)} weight tensors")
+        return list(edge_weight)
+    return [edge_weight] * num_layers
