@@ -88,6 +88,7 @@ def count_against(scores: Tensor, target_score: Tensor, candidates: Tensor) -> T
 
 
 _REGISTRY: dict[str, type[EvalProtocol]] = {}
+_BUILTIN: tuple[str, ...] = choices(Protocol)  # the config's Literal, in its order
 
 
 def register(cls: type[EvalProtocol]) -> type[EvalProtocol]:
@@ -99,7 +100,7 @@ def register(cls: type[EvalProtocol]) -> type[EvalProtocol]:
 
 def names() -> list[str]:
     """The registered protocols: the config's ``Protocol`` ones in its order, then others."""
-    builtin = [n for n in choices(Protocol) if n in _REGISTRY]
+    builtin = [n for n in _BUILTIN if n in _REGISTRY]
     return builtin + [n for n in _REGISTRY if n not in builtin]
 
 

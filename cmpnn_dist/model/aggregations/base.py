@@ -58,6 +58,7 @@ class Aggregation(nn.Module):
 
 
 _REGISTRY: dict[str, type[Aggregation]] = {}
+_BUILTIN: tuple[str, ...] = choices(Aggregate)  # the config's Literal, in its order
 
 
 def register(cls: type[Aggregation]) -> type[Aggregation]:
@@ -76,7 +77,7 @@ def register(cls: type[Aggregation]) -> type[Aggregation]:
 def names() -> list[str]:
     """The registered ``model.aggregate`` values: the config's ``Aggregate`` ones in its
     order, then the others in registration order."""
-    builtin = [n for n in choices(Aggregate) if n in _REGISTRY]
+    builtin = [n for n in _BUILTIN if n in _REGISTRY]
     return builtin + [n for n in _REGISTRY if n not in builtin]
 
 
