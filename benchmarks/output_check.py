@@ -4,7 +4,7 @@ A benchmark that only times kernels cannot tell a fast tiling from a fast wrong 
 the autotuner keeps whichever configuration ran fastest on the benchmark graph, and the unit
 tests only ran the configurations they name, on small graphs.  So every implementation's
 outputs and gradients on the benchmark's own inputs are compared with an oracle: the
-reference implementation (:mod:`cmpnn_dist.ops.reference`) in float32 on the same input
+reference implementation (:mod:`cmpnn_dist.ops.vectorized`) in float32 on the same input
 values (bfloat16 inputs upcast).
 
 The loss behind the gradients weights every output element with a fixed random weight, so a

@@ -29,8 +29,8 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 from message_passing import save_results, timed  # noqa: E402
 
-from cmpnn_dist.cli import ensure_dataset  # noqa: E402
 from cmpnn_dist.config import Config  # noqa: E402
+from cmpnn_dist.convert.prepare import ensure_dataset  # noqa: E402
 from cmpnn_dist.evaluation.ranking import rank_queries  # noqa: E402
 from cmpnn_dist.model import CMPNN  # noqa: E402
 from cmpnn_dist.predict import Predictor  # noqa: E402

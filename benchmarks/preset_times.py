@@ -58,7 +58,9 @@ def _fmt_s(s: float) -> str:
 def measure(
     preset: str, storage: Path, steps: int, eval_facts: int, batch: int | None = None
 ) -> dict:
-    from cmpnn_dist.cli import UsageError, compose_config, ensure_dataset
+    from cmpnn_dist.cli import compose_config
+    from cmpnn_dist.convert.prepare import ensure_dataset
+    from cmpnn_dist.errors import UsageError
     from cmpnn_dist.storage import open_dataset
     from cmpnn_dist.training.context import LocalContext
     from cmpnn_dist.training.data import SplitData, load_train_data

@@ -1,4 +1,4 @@
-"""Shared command-line plumbing: compose a Hydra config, resolve paths, find the dataset.
+"""Shared command-line plumbing: compose a Hydra config, resolve paths, run a command.
 
 ``python -m cmpnn_dist.train conf=NAME key=value ...`` composes ``conf/NAME.yaml`` (every
 preset extends the structured schema :class:`cmpnn_dist.config.Config`) with the given
@@ -16,14 +16,11 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from cmpnn_dist.config import Config, ConfigError, register_configs, validate
+from cmpnn_dist.config import Config, ConfigError, allowed_values, register_configs, validate
+from cmpnn_dist.errors import UsageError
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_ROOT.parent
-
-
-class UsageError(Exception):
-    """A user mistake (bad config, missing data): printed as one line, exit status 2."""
 
 
 def conf_dir() -> Path:
@@ -92,6 +89,8 @@ def compose_config(preset: str, overrides: Sequence[str]) -> Config:
         given = f" with {' '.join(user_overrides)}" if user_overrides else ""
         raise UsageError(f"config error in conf/{preset}.yaml{given}: {_one_line(exc)}") from exc
     assert isinstance(obj, Config)
+    import cmpnn_dist.model.messages  # noqa: F401  (registers the message functions' checks)
+
     try:
         validate(obj)
     except ConfigError as exc:
@@ -105,92 +104,6 @@ def _one_line(exc: BaseException) -> str:
     if cause is not None and str(cause).strip() and str(cause).strip() not in text:
         text = f"{text} ({str(cause).strip()})"
     return " ".join(text.split())
-
-
-def dataset_path(cfg: Config) -> Path:
-    """``<storage_root>/datasets/<data.name>`` as a local folder (a ``file://`` root is its
-    path; under another URI root the dataset is built in the local cache folder, which every
-    worker on this machine reads)."""
-    from cmpnn_dist.distributed.remote import default_cache_dir
-    from cmpnn_dist.storage import fs
-
-    root = fs.local_path(cfg.storage_root)
-    if root is None:
-        root = default_cache_dir()
-    return root / "datasets" / cfg.data.name
-
-
-_MISSING_DATA_HINTS = {
-    "ogb:biokg": (
-        "put OGB's ogbl_biokg folder there, so that {raw}/ogbl_biokg/split/random/train.pt "
-        "exists (unzip http://snap.stanford.edu/ogb/data/linkproppred/biokg.zip and rename its "
-        "biokg folder to ogbl_biokg; where there is network, ogb's loader downloads it: "
-        'python -c "from ogb.linkproppred import LinkPropPredDataset as D; '
-        "D('ogbl-biokg', root='{raw}')\"), or set data.raw_path=FOLDER"
-    ),
-    "hetionet": (
-        "put hetio's hetionet-v1.0-edges.sif.gz and hetionet-v1.0-nodes.tsv there "
-        "(https://github.com/hetio/hetionet, folder hetnet/tsv), or set data.raw_path=FOLDER"
-    ),
-}
-
-
-def ensure_dataset(cfg: Config, progress: bool = True) -> Path:
-    """Return the dataset folder, (re)building it from ``cfg.data.source`` when needed.
-
-    A cached dataset is used when its recorded source (raw files: size, mtime, sha256; the
-    ``data.*`` keys that shape it; the converter version) still matches; otherwise it is
-    rebuilt atomically, with one line saying why.  A source that cannot be read is a
-    UsageError unless ``data.allow_missing_source=true``; ``data.rebuild=true`` forces a
-    rebuild.  See :mod:`cmpnn_dist.convert.source`.
-    """
-    from cmpnn_dist.convert import SOURCES
-    from cmpnn_dist.convert.source import BuildSpec, build, plan
-    from cmpnn_dist.storage import StorageError
-
-    d = cfg.data
-    if d.source not in SOURCES:  # before anything is printed or built
-        raise UsageError(f"data.source={d.source!r} is unknown; known: {', '.join(SOURCES)}")
-    path = dataset_path(cfg)
-    wanted = BuildSpec.make(
-        d.source,
-        d.raw_path,
-        num_shards=d.num_shards,
-        drop_unseen_entities=d.drop_unseen_entities,
-        keep_unseen_entities=d.keep_unseen_entities,
-        node_types=d.node_types,
-        synthetic=dict(d.synthetic),
-        origin="config",
-    )
-    try:
-        todo = plan(path, wanted, force=d.rebuild)
-    except (StorageError, OSError) as exc:
-        raise UsageError(f"cannot check dataset {path}: {exc}") from exc
-    if todo.note:
-        print(todo.note, file=sys.stderr)
-    if todo.action == "use":
-        return path
-    if todo.action == "error":
-        if not d.allow_missing_source:
-            raise UsageError(todo.reason)
-        print(f"warning: {todo.reason.split('; ')[0]}; using the cached copy", file=sys.stderr)
-        return path
-    spec = todo.spec
-    if spec.raw_path is not None and not Path(spec.raw_path).exists():
-        hint = _MISSING_DATA_HINTS.get(spec.source, "set data.raw_path=... or data_root=...")
-        raise UsageError(
-            f"data for {d.name!r} not found: {spec.raw_path} does not exist "
-            f"(source {spec.source}); " + hint.format(raw=spec.raw_path)
-        )
-    if todo.cached:
-        print(f"rebuilding dataset {d.name}: {todo.reason}", file=sys.stderr)
-    elif progress:
-        print(f"building dataset {d.name} from {spec.source} -> {path}", file=sys.stderr)
-    try:
-        build(spec, path, todo.name or d.name)
-    except (StorageError, FileNotFoundError) as exc:
-        raise UsageError(str(exc)) from exc
-    return path
 
 
 def help_text(doc: str | None) -> str:
@@ -209,7 +122,9 @@ def help_text(doc: str | None) -> str:
             if dataclasses.is_dataclass(value):
                 walk(value, f"{prefix}{f.name}.")
                 continue
-            allowed = f.metadata.get("choices")
+            allowed = (
+                allowed_values(prefix + f.name, f.metadata) if "choices" in f.metadata else None
+            )
             extra = f"  ({' | '.join(map(str, allowed))})" if allowed else ""
             lines.append(f"  {prefix}{f.name}={value!r}{extra}")
 
@@ -247,23 +162,9 @@ def run_cli(main: Callable[[list[str]], dict[str, Any]], argv: Sequence[str] | N
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    """Exceptions that describe bad input (config, data files, checkpoints), not bugs."""
-    errors: list[type[BaseException]] = [UsageError, ConfigError]
-    try:
-        from cmpnn_dist.storage import StorageError
-
-        errors.append(StorageError)
-    except ImportError:
-        pass
-    try:
-        from cmpnn_dist.training.checkpoint import CheckpointError
-
-        errors.append(CheckpointError)
-    except ImportError:
-        pass
-    if "cmpnn_dist.distributed.driver" in sys.modules:  # never import Ray just for this
-        errors.append(sys.modules["cmpnn_dist.distributed.driver"].DistributedTrainingError)
-    return tuple(errors)
+    """Exceptions that describe bad input (config, data files, checkpoints), not bugs: the one
+    library error type, :class:`cmpnn_dist.errors.UsageError`, and its subclasses."""
+    return (UsageError,)
 
 
 def _jsonable(obj: Any) -> Any:

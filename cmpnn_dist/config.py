@@ -18,9 +18,12 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
+
+from cmpnn_dist.errors import UsageError
 
 Family = Literal["cmpnn", "rgcn", "compgcn"]
 Init = Literal[0, 1, 2, 3]
@@ -42,7 +45,7 @@ Ties = Literal["pessimistic", "average"]
 Backend = Literal["auto", "gloo", "nccl"]
 
 
-class ConfigError(ValueError):
+class ConfigError(UsageError, ValueError):
     """A config value outside its declared range; the message names the dotted key."""
 
 
@@ -221,9 +224,28 @@ class Config:
     resume: bool = True  # continue <root>/runs/<run_name> when it holds a checkpoint
 
 
+_REGISTERED_CHOICES: dict[str, list[Any]] = {}
+
+
+def register_choice(key: str, value: Any) -> None:
+    """Accept ``value`` for the choice field ``key`` (dotted, e.g. ``model.aggregate``) beyond
+    its ``Literal``: the registries of the layers below (message functions, aggregations,
+    evaluation protocols) call this for each entry they register, so a new entry is one file
+    and the schema imports none of them.  Idempotent."""
+    values = _REGISTERED_CHOICES.setdefault(key, [])
+    if value not in values:
+        values.append(value)
+
+
+def allowed_values(key: str, meta: Any) -> tuple[Any, ...]:
+    """The values choice field ``key`` accepts: its ``Literal``'s, then registered ones."""
+    extra = [v for v in _REGISTERED_CHOICES.get(key, ()) if v not in meta["choices"]]
+    return (*meta["choices"], *extra)
+
+
 def _check_field(key: str, value: Any, meta: Any) -> None:
     if "choices" in meta:
-        allowed = meta["choices"]
+        allowed = allowed_values(key, meta)
         for item in value if meta["each"] else [value]:
             if item not in allowed or isinstance(item, bool):
                 raise ConfigError(f"bad value {item!r} for {key}; choose one of {list(allowed)}")
@@ -266,13 +288,27 @@ def check_store_name(key: str, value: str, nested: bool = False) -> None:
             f"{key}={value!r} must be a plain folder name inside the store (no path "
             "separators, no '..', not absolute, not starting with '.')"
         )
+_REGISTERED_CHECKS: list[Callable[[Config], None]] = []
+
+
+def register_check(check: Callable[[Config], None]) -> Callable[[Config], None]:
+    """Add a rule that :func:`validate` runs after the field checks.  Registries register into
+    the schema this way (the model's message registry adds each message function's own
+    ``check_config``: rotate needs an even ``model.hidden_dim``), so this module imports no
+    layer below it; ``check`` raises ValueError (or ConfigError) naming the key.  Whoever
+    validates a config for a run (the CLIs, checkpoint restore) imports those registries first.
+    Idempotent: registering the same function twice keeps one."""
+    if check not in _REGISTERED_CHECKS:
+        _REGISTERED_CHECKS.append(check)
+    return check
 
 
 def validate(cfg: Config) -> None:
     """All value checks of a composed config; raises :class:`ConfigError` naming the key.
 
     Field ranges come from the schema (:func:`option`, :func:`number`); below are the checks
-    that join several fields or look at this machine (CUDA, Triton, torch-scatter)."""
+    that join several fields, those registered with :func:`register_check`, and those that
+    look at this machine (CUDA, Triton, torch-scatter)."""
     validate_section(cfg, "")
     check_store_name("data.name", cfg.data.name)
     if cfg.run_name is not None:
@@ -288,11 +324,11 @@ def validate(cfg: Config) -> None:
         raise ConfigError(
             f"model.num_bases={m.num_bases} is used only with model.message=3 or model.family=rgcn"
         )
-    if m.family == "cmpnn":  # the message function's own checks (rotate: even hidden_dim)
-        from cmpnn_dist.model.messages import resolve  # the registry; imports torch
-
+    for check in _REGISTERED_CHECKS:  # rules registered by the layers below (message functions)
         try:
-            resolve(m.message).check_config(m)
+            check(cfg)
+        except ConfigError:
+            raise
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     if cfg.data.node_types is not None and not cfg.data.source.startswith("tsv:"):

@@ -26,60 +26,10 @@ from cmpnn_dist.openmp_env import set_openmp_defaults
 
 set_openmp_defaults()  # before torch loads OpenMP (see cmpnn_dist/openmp_env.py)
 
-from omegaconf import OmegaConf  # noqa: E402
-
-from cmpnn_dist.cli import UsageError, ensure_dataset, run_cli, split_args  # noqa: E402
-from cmpnn_dist.config import Config, validate  # noqa: E402
-
-
-def resolve_checkpoint(path: str | Path) -> Path:
-    """A checkpoint folder, or the newest valid one of a run folder (or its ``checkpoints``);
-    a local path or a URI (a URI's checkpoint is fetched into a local scratch folder).
-    ``<run>/checkpoints/best`` left half-updated by a kill is repaired first."""
-    from cmpnn_dist.storage import fs
-    from cmpnn_dist.training.checkpoint_store import BEST_DIR, CHECKPOINTS_DIR, CheckpointStore
-
-    loc = fs.normalize(path)
-    parent = loc.rsplit("/", 1)[0]
-    if fs.name(loc) == BEST_DIR and fs.name(parent) == CHECKPOINTS_DIR:
-        CheckpointStore(parent.rsplit("/", 1)[0]).repair_best()
-    if fs.is_file(fs.join(loc, "manifest.json")):
-        local = fs.local_path(loc)
-        if local is not None:
-            return local
-        return CheckpointStore(parent, scratch_tag="eval").local(loc)
-    run = parent if fs.name(loc) == CHECKPOINTS_DIR else loc
-    found = CheckpointStore(run, scratch_tag="eval").find_latest() if fs.is_dir(loc) else None
-    if found is None:
-        raise UsageError(
-            f"no valid checkpoint at {path} (expected a checkpoint, run or checkpoints folder)"
-        )
-    return found.path
-
-
-def run_dir_of(ckpt: str | Path) -> str:
-    """The run folder of checkpoint folder ``ckpt`` (``<run>/checkpoints/<name>``)."""
-    from cmpnn_dist.storage import fs
-    from cmpnn_dist.training.checkpoint_store import CHECKPOINTS_DIR
-
-    parent = fs.normalize(ckpt).rsplit("/", 1)[0]
-    return parent.rsplit("/", 1)[0] if fs.name(parent) == CHECKPOINTS_DIR else parent
-
-
-def config_from_checkpoint(saved: dict[str, Any], overrides: list[str]) -> Config:
-    """The run's saved config with ``overrides`` on top.  ``data.rebuild`` is a one-off request
-    of the run that saved it, not a property of the model: it is not carried over."""
-    saved = {**saved, "data": {k: v for k, v in saved.get("data", {}).items() if k != "rebuild"}}
-    try:
-        merged = OmegaConf.merge(
-            OmegaConf.structured(Config), saved, OmegaConf.from_dotlist(overrides)
-        )
-        cfg = OmegaConf.to_object(merged)
-    except Exception as exc:
-        raise UsageError(f"config error: {' '.join(str(exc).split())}") from exc
-    assert isinstance(cfg, Config)
-    validate(cfg)
-    return cfg
+from cmpnn_dist.cli import run_cli, split_args  # noqa: E402
+from cmpnn_dist.config import Config  # noqa: E402
+from cmpnn_dist.convert.prepare import ensure_dataset  # noqa: E402
+from cmpnn_dist.errors import UsageError  # noqa: E402
 
 
 def evaluate_checkpoint(path: str | Path, overrides: list[str], weights: str = "best") -> dict:
@@ -89,6 +39,7 @@ def evaluate_checkpoint(path: str | Path, overrides: list[str], weights: str = "
     from cmpnn_dist.training.checkpoint import load_checkpoint
     from cmpnn_dist.training.checkpoint_store import CHECKPOINTS_DIR
     from cmpnn_dist.training.data import load_train_data
+    from cmpnn_dist.training.restore import config_from_checkpoint, resolve_checkpoint, run_dir_of
 
     ckpt = resolve_checkpoint(path)
     state = load_checkpoint(ckpt)
@@ -152,11 +103,8 @@ def _evaluate_into(
     """Rank the splits (in this process or on Ray workers); per-query ranks into ``run_dir``."""
     import torch
 
-    from cmpnn_dist.training.validation import (
-        check_eval_options,
-        evaluate_splits,
-        model_from_state,
-    )
+    from cmpnn_dist.training.restore import model_from_state
+    from cmpnn_dist.training.validation import check_eval_options, evaluate_splits
 
     try:
         check_eval_options(cfg, data)

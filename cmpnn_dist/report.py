@@ -24,7 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cmpnn_dist.cli import UsageError, run_cli
+from cmpnn_dist.cli import run_cli
+from cmpnn_dist.errors import UsageError
 
 HELP_CONFIG_KEYS = False  # --help: this module's usage, not the training keys
 

@@ -9,6 +9,7 @@ otherwise training runs in this process.  The last stdout line is one JSON objec
 
 from __future__ import annotations
 
+import importlib
 import sys
 import time
 from collections.abc import Sequence
@@ -18,8 +19,10 @@ from cmpnn_dist.openmp_env import set_openmp_defaults
 
 set_openmp_defaults()  # before torch loads OpenMP (see cmpnn_dist/openmp_env.py)
 
-from cmpnn_dist.cli import UsageError, compose_config, ensure_dataset, run_cli, split_args  # noqa: E402
+from cmpnn_dist.cli import compose_config, run_cli, split_args  # noqa: E402
 from cmpnn_dist.config import Config  # noqa: E402
+from cmpnn_dist.convert.prepare import ensure_dataset  # noqa: E402
+from cmpnn_dist.errors import UsageError  # noqa: E402
 
 
 def default_run_name(cfg: Config) -> str:
@@ -153,7 +156,15 @@ def sweep(preset: str, overrides: list[str], name: str | None) -> dict[str, Any]
             ensure_dataset(c)
     from cmpnn_dist.distributed.sweep import run_sweep
 
-    return run_sweep(configs, preset, fixed, cells, name or default_sweep_name(preset))
+    # by its importable name, so that Ray pickles a reference (this file may run as __main__)
+    cell_fn = importlib.import_module("cmpnn_dist.train").train_cell
+    return run_sweep(configs, preset, fixed, cells, name or default_sweep_name(preset), cell_fn)
+
+
+def train_cell(preset: str, overrides: list[str]) -> dict[str, Any]:
+    """One sweep cell, in its Ray Tune trial: compose its config and train it (a finished run
+    is skipped by the caller; an unfinished one resumes from its checkpoints)."""
+    return train(compose_config(preset, overrides))
 
 
 def main() -> None:

@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from cmpnn_dist.cli import UsageError, compose_config, ensure_dataset, run_cli
+from cmpnn_dist.cli import compose_config, run_cli
 from cmpnn_dist.convert import build_dataset
 from cmpnn_dist.convert import source as src
+from cmpnn_dist.convert.prepare import ensure_dataset
+from cmpnn_dist.errors import UsageError
 from cmpnn_dist.storage import open_dataset
 from cmpnn_dist.training.data import load_train_data
 

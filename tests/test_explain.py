@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from cmpnn_dist.cli import UsageError
 from cmpnn_dist.config import ModelConfig, OpsConfig
+from cmpnn_dist.errors import UsageError
 from cmpnn_dist.graph import graph_from_triples
 from cmpnn_dist.model import CMPNN
 from cmpnn_dist.predict.explain import (

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from cmpnn_dist import config as config_module
 from cmpnn_dist.config import Config, ConfigError, Message, ModelConfig, OpsConfig, validate
 from cmpnn_dist.config import choices as config_choices
 from cmpnn_dist.convert.synthetic.rule_kg import BASE, DEFAULTS, TARGETS, generate_graph
@@ -107,6 +108,7 @@ def test_a_message_function_defined_elsewhere_is_selectable(monkeypatch):
     the config accepts its name and the generic path runs it."""
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     monkeypatch.setattr(ops_messages, "_REGISTRY", dict(ops_messages._REGISTRY))
+    monkeypatch.setattr(config_module, "_REGISTERED_CHOICES", {})  # register() adds its name
 
     def compute(x_src, rel, prepared):
         return torch.tanh(x_src + ops_messages.relation_rows(prepared[0], rel))

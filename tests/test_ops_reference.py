@@ -8,7 +8,7 @@ import torch
 
 from cmpnn_dist.graph import graph_from_triples
 from cmpnn_dist.ops import available_impls, propagate, resolve_impl
-from cmpnn_dist.ops.reference import make_blocks
+from cmpnn_dist.ops.vectorized import make_blocks
 
 AGGS = ("sum", "sumsq", "max", "min")
 

@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cmpnn_dist.cli import UsageError
 from cmpnn_dist.config import Config
 from cmpnn_dist.convert.synthetic.rule_kg import TARGETS, compose
+from cmpnn_dist.errors import UsageError
 from cmpnn_dist.predict import Predictor, Query
 from cmpnn_dist.predict.explain import supports_edge_weight
 

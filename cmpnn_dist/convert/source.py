@@ -355,22 +355,3 @@ def _rewrite_manifest(path: Path, manifest: dict[str, Any]) -> None:
         os.replace(tmp, path / fmt.MANIFEST)
     except OSError:
         tmp.unlink(missing_ok=True)
-
-
-def build(spec: BuildSpec, path: Path, name: str) -> Path:
-    """Build ``spec`` at ``path`` atomically (written into a hidden sibling folder, then
-    renamed over the old copy: :func:`cmpnn_dist.storage.writer.write_dataset`)."""
-    from cmpnn_dist.convert import build_dataset
-
-    return build_dataset(
-        spec.source,
-        path,
-        raw_path=spec.raw_path,
-        num_shards=spec.num_shards,
-        drop_unseen_entities=spec.drop_unseen_entities,
-        keep_unseen_entities=spec.keep_unseen_entities,
-        node_types=spec.node_types,
-        synthetic=dict(spec.synthetic),
-        name=name,
-        origin=spec.origin,
-    )

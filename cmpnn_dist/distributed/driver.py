@@ -46,6 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cmpnn_dist.errors import UsageError
 from cmpnn_dist.openmp_env import openmp_env
 from cmpnn_dist.training import run_folder as rf
 from cmpnn_dist.training.checkpoint_store import ENV_SCRATCH, CheckpointStore
@@ -57,7 +58,7 @@ from .worker import RESULT_FILE, Outcome, train_worker
 logger = logging.getLogger(__name__)
 
 
-class DistributedTrainingError(RuntimeError):
+class DistributedTrainingError(UsageError, RuntimeError):
     """Distributed training failed for good (bad settings or retry budget exhausted)."""
 
 

@@ -48,7 +48,8 @@ def eval_worker(config: dict[str, Any]) -> None:
     from cmpnn_dist.storage import open_dataset
     from cmpnn_dist.training.checkpoint import load_checkpoint
     from cmpnn_dist.training.data import load_train_data
-    from cmpnn_dist.training.validation import evaluate_splits, model_from_state
+    from cmpnn_dist.training.restore import model_from_state
+    from cmpnn_dist.training.validation import evaluate_splits
 
     cfg = config["cfg"]
     if cfg.cluster.use_gpu:

@@ -40,7 +40,7 @@ def runs_root(storage_root: str | Path) -> str:
 
 
 def default_cache_dir() -> Path:
-    return Path(os.environ.get("CMPNN_CACHE_DIR", Path.home() / ".cache" / "cmpnn_dist"))
+    return storage_fs.cache_dir()
 
 
 def localize_dataset(path_or_uri: str | Path, cache_dir: Path | None = None) -> Path:

@@ -6,8 +6,10 @@ releases and submits each cell through its own cluster start-up, while Tune is p
 use, several at once within the cluster's CPUs, and reports per-trial state.  Hydra still
 parses the sweep (its override grammar); Tune only schedules.
 
-Each trial composes its cell's config, trains in the trial's process (``train.progress=false``)
-with ``torch.set_num_threads(cpus_per_cell)``, and reports the cell's metrics.  Cells are
+Each trial calls the training function it was given (``train_cell(preset, overrides)``, from
+``cmpnn_dist.train``), which composes its cell's config and trains in the trial's process
+(``train.progress=false``) with ``torch.set_num_threads(cpus_per_cell)``, and reports the
+cell's metrics.  Cells are
 idempotent (finished cells return their recorded results; unfinished ones resume from their
 checkpoints), so the whole sweep is restarted by running the same command again.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +38,10 @@ def _flat(result: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def _run_cell(config: dict[str, Any]) -> None:
+TrainCell = Callable[[str, list[str]], dict[str, Any]]
+
+
+def _run_cell(config: dict[str, Any], train_cell: TrainCell) -> None:
     """The Tune trainable: train (or skip) one cell and report its metrics."""
     import torch
     from ray import tune
@@ -44,20 +50,25 @@ def _run_cell(config: dict[str, Any]) -> None:
     run_dir = Path(config["run_dir"])
     result = cell_result(run_dir)
     if result is None:
-        from cmpnn_dist.cli import compose_config
-        from cmpnn_dist.train import train
-
         torch.set_num_threads(max(1, int(config["cpus"])))
-        cfg = compose_config(config["preset"], config["overrides"])
-        result = train(cfg)
+        result = train_cell(config["preset"], config["overrides"])
     tune.report({"cell_id": config["cell_id"], **_flat(result)})
 
 
 def run_sweep(
-    configs: list[Any], preset: str, fixed: list[str], cells: list[Cell], name: str
+    configs: list[Any],
+    preset: str,
+    fixed: list[str],
+    cells: list[Cell],
+    name: str,
+    train_cell: TrainCell,
 ) -> dict[str, Any]:
     """Run every cell of the sweep ``name`` (``configs[i]``: cell i's composed config); returns
-    the sweep folder, its results file and the count of finished / failed cells."""
+    the sweep folder, its results file and the count of finished / failed cells.
+
+    ``train_cell(preset, overrides) -> result`` composes one cell's config and trains it in the
+    trial's process (the caller's training function: this module never imports an entry
+    point); it must be importable by name in a Ray worker (a module-level function)."""
     from ray import tune
 
     from cmpnn_dist.paper import signature
@@ -103,7 +114,9 @@ def run_sweep(
             for c in spec_cells
         ]  # fmt: skip
         tuner = tune.Tuner(
-            tune.with_resources(_run_cell, {"cpu": cpus}),
+            tune.with_resources(
+                tune.with_parameters(_run_cell, train_cell=train_cell), {"cpu": cpus}
+            ),
             param_space={"cell": tune.grid_search(trials)},
             tune_config=tune.TuneConfig(
                 max_concurrent_trials=max(1, math.floor(total_cpus / cpus)),

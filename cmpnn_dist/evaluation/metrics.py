@@ -24,6 +24,8 @@ import math
 import torch
 from torch import Tensor
 
+from cmpnn_dist.config import Ties, choices
+
 
 def filtered_rank(scores: Tensor, target: Tensor, filter_mask: Tensor) -> tuple[Tensor, Tensor]:
     """Pessimistic filtered rank of each target.
@@ -50,7 +52,7 @@ def filtered_rank(scores: Tensor, target: Tensor, filter_mask: Tensor) -> tuple[
     return rank.long(), negative.sum(1).long()
 
 
-TIES = ("pessimistic", "average")
+TIES: tuple[str, ...] = choices(Ties)  # the config's Literal: the one list
 
 
 def tied_rank(greater: Tensor, equal: Tensor, ties: str = "pessimistic") -> Tensor:

@@ -1,7 +1,8 @@
 """Link-prediction evaluation, both directions, three protocols, grouped and sharded.
 
 Every query fact (h, r, t) is ranked twice: tail prediction (h, r) -> t and head prediction
-as tail prediction with the inverse relation (t, r + |R|) -> h.  Protocols (``eval.protocol``):
+as tail prediction with the inverse relation (t, r + |R|) -> h.  Protocols (``eval.protocol``,
+a registry: :mod:`cmpnn_dist.evaluation.protocols`, one file each):
 
 * ``all``: filtered ranking over every entity: candidates that form another true fact (any
   fact in ``filter_triples``, same direction) are removed;
@@ -29,62 +30,24 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from cmpnn_dist.evaluation.metrics import TIES, ranking_metrics, tied_rank
+from cmpnn_dist.config import Protocol, choices
+from cmpnn_dist.evaluation import protocols
+from cmpnn_dist.evaluation.answers import AnswerIndex
+from cmpnn_dist.evaluation.metrics import TIES, tied_rank
+from cmpnn_dist.evaluation.protocols import Batch, EvalProtocol
 from cmpnn_dist.evaluation.rank_table import RankTable
 from cmpnn_dist.graph import Graph
 
-PROTOCOLS = ("all", "typed", "ogb")
-_RANK_ELEMENTS = 1 << 24  # (queries x N) entries compared at once
+PROTOCOLS: tuple[str, ...] = choices(Protocol)  # the built-in ones (config's Literal)
+__all__ = ["PROTOCOLS", "AnswerIndex", "evaluate", "metrics_of", "rank_queries", "rank_split"]
 
 
-class AnswerIndex:
-    """All true answers of each (node, relation) key, as a sorted CSR; built in O(G log G).
-
-    Args:
-        triples: int64 [G, 3] facts (h, r, t) with r < |R|; both directions are indexed
-            ((h, r) -> t and (t, r + |R|) -> h).
-        num_relations: |R|.
-    """
-
-    def __init__(self, triples: Tensor, num_relations: int):
-        triples = triples.long().reshape(-1, 3).cpu()
-        h, r, t = triples[:, 0], triples[:, 1], triples[:, 2]
-        self.r2 = 2 * num_relations
-        keys = torch.cat([h * self.r2 + r, t * self.r2 + r + num_relations])
-        answers = torch.cat([t, h])
-        order = torch.argsort(keys, stable=True)
-        self.keys, self.answers = keys[order], answers[order]
-
-    def mask(self, heads: Tensor, rels: Tensor, num_nodes: int) -> Tensor:
-        """bool [B, N]: True where (heads[b], rels[b], v) is a known fact."""
-        q = heads.cpu().long() * self.r2 + rels.cpu().long()
-        lo = torch.searchsorted(self.keys, q, right=False)
-        hi = torch.searchsorted(self.keys, q, right=True)
-        counts = hi - lo
-        out = torch.zeros(q.numel(), num_nodes, dtype=torch.bool)
-        total = int(counts.sum())
-        if total:
-            rows = torch.repeat_interleave(torch.arange(q.numel()), counts)
-            starts = torch.repeat_interleave(lo, counts)
-            offsets = torch.arange(total) - torch.repeat_interleave(
-                counts.cumsum(0) - counts, counts
-            )
-            out[rows, self.answers[starts + offsets]] = True
-        return out
-
-
-def _check(protocol: str, ties: str, node_types: Tensor | None, negatives: Any) -> None:
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"eval.protocol={protocol!r}: choose one of {list(PROTOCOLS)}")
+def _check(protocol: str, ties: str, node_types: Tensor | None, negatives: Any) -> EvalProtocol:
+    proto = protocols.resolve(protocol)  # ValueError naming eval.protocol and the choices
     if ties not in TIES:
         raise ValueError(f"eval.ties={ties!r}: choose one of {list(TIES)}")
-    if protocol == "typed" and node_types is None:
-        raise ValueError("eval.protocol=typed needs node types; this dataset has none")
-    if protocol == "ogb" and negatives is None:
-        raise ValueError(
-            "eval.protocol=ogb needs OGB's official negatives (head_neg / tail_neg); "
-            "this dataset has none (only ogb:biokg ships them)"
-        )
+    proto.check(node_types, negatives)
+    return proto
 
 
 def rank_split(
@@ -123,7 +86,7 @@ def rank_split(
         :class:`RankTable` of the 2F rankings (rows 0..F-1 tail prediction, F..2F-1 head
         prediction), identical on every worker.
     """
-    _check(protocol, ties, node_types, negatives)
+    proto = _check(protocol, ties, node_types, negatives)
     if world_size > 1 and gather is None:
         raise ValueError("rank_split with world_size > 1 needs a gather function")
     if device is None:
@@ -143,9 +106,8 @@ def rank_split(
     g_heads, g_rels = group_keys // (2 * num_relations), group_keys % (2 * num_relations)
     num_batches = (len(group_keys) + batch_size - 1) // batch_size
     mine = list(range(rank, num_batches, world_size))
-    index = AnswerIndex(filter_triples, num_relations) if protocol != "ogb" else None
-    types = node_types.long().to(device) if protocol == "typed" else None
     graph = graph.to(device) if graph.device != device else graph
+    state = proto.setup(filter_triples, num_relations, node_types, device)
     my_queries = sum(
         int(group_ptr[min((j + 1) * batch_size, len(group_keys))] - group_ptr[j * batch_size])
         for j in mine
@@ -163,27 +125,24 @@ def rank_split(
                 scores = scores.float()
                 q = order[group_ptr[g0] : group_ptr[g1]]
                 row = (group_of[q] - g0).to(device)
-                if protocol == "ogb":
-                    assert negatives is not None
-                    cand = _official(negatives, q, F).to(device)
-                    out = _rank_ogb(scores, row, targets[q].to(device), cand)
-                else:
-                    assert index is not None
-                    filt = index.mask(g_heads[g0:g1], g_rels[g0:g1], graph.num_nodes)
-                    out = _rank_filtered(scores, row, targets[q].to(device), filt.to(device), types)
+                batch = Batch(
+                    scores, row, targets[q].to(device), q, g_heads[g0:g1], g_rels[g0:g1], F,
+                    negatives,
+                )  # fmt: skip
+                out = proto.rank(state, batch)
                 rows.append(torch.cat([q.double().unsqueeze(1), out.double().cpu()], 1))
                 bar.update(len(q))
     finally:
         model.train(was_training)
         bar.close()
-    width = 5 if protocol != "ogb" else 9
+    width = 5 + len(proto.extra_columns)
     local = torch.cat(rows) if rows else torch.zeros(0, width, dtype=torch.float64)
     table = gather(local) if world_size > 1 and gather is not None else local
     table = table[torch.argsort(table[:, 0])]
     if table.shape[0] != 2 * F or not torch.equal(table[:, 0].long(), torch.arange(2 * F)):
         raise RuntimeError(f"evaluation gathered {table.shape[0]} rankings, expected {2 * F}")
     greater, equal, num = table[:, 1].long(), table[:, 2].long(), table[:, 3].long()
-    used_ties = "average" if protocol == "ogb" else ties
+    used_ties = proto.fixed_ties or ties
     result = RankTable(
         heads=torch.cat([queries[:, 0], queries[:, 0]]),
         relations=torch.cat([queries[:, 1], queries[:, 1]]),
@@ -195,59 +154,8 @@ def rank_split(
         ties=used_ties,
         seconds=time.perf_counter() - started,
     )
-    if protocol == "ogb":
-        result.ogb_lists = {
-            k: table[:, 5 + i].float() for i, k in enumerate(("mrr", "hits@1", "hits@3", "hits@10"))
-        }
+    result.ogb_lists = {k: table[:, 5 + i].float() for i, k in enumerate(proto.extra_columns)}
     return result
-
-
-def _rank_filtered(
-    scores: Tensor, row: Tensor, target: Tensor, filt: Tensor, types: Tensor | None
-) -> Tensor:
-    """[Q, 4] (greater, equal, candidates, 0) of each query against every non-filtered
-    entity (of the target's type when ``types`` is given); scores [b, N], row [Q] in [0, b)."""
-    n = scores.shape[1]
-    step = max(1, _RANK_ELEMENTS // max(n, 1))
-    out = []
-    for s in range(0, len(row), step):
-        r, t = row[s : s + step], target[s : s + step]
-        sc = scores[r]
-        ar = torch.arange(len(r), device=sc.device)
-        neg = ~filt[r]
-        neg[ar, t] = False
-        if types is not None:
-            neg &= types.unsqueeze(0) == types[t].unsqueeze(1)
-        ts = sc[ar, t].unsqueeze(1)
-        greater = ((sc > ts) & neg).sum(1)
-        equal = ((sc == ts) & neg).sum(1)
-        out.append(torch.stack([greater, equal, neg.sum(1), torch.zeros_like(greater)], 1))
-    return torch.cat(out)
-
-
-def _official(negatives: dict[str, Tensor], q: Tensor, F: int) -> Tensor:
-    """int64 [Q, K]: ``tail_neg`` rows of tail rankings (q < F), ``head_neg`` of head ones
-    (read row by row: the stored arrays stay memory-mapped)."""
-    tail = q < F
-    out = torch.empty(len(q), negatives["tail_neg"].shape[1], dtype=torch.long)
-    out[tail] = negatives["tail_neg"][q[tail]].long()
-    out[~tail] = negatives["head_neg"][q[~tail] - F].long()
-    return out
-
-
-def _rank_ogb(scores: Tensor, row: Tensor, target: Tensor, cand: Tensor) -> Tensor:
-    """[Q, 8] (greater, equal, K, 0, mrr, hits@1, hits@3, hits@10) against the official
-    negatives ``cand`` [Q, K]; the last four from ogb's Evaluator."""
-    from cmpnn_dist.evaluation.ogb_eval import ogb_lists
-
-    pos = scores[row, target]
-    neg = scores[row.unsqueeze(1), cand]
-    greater = (neg > pos.unsqueeze(1)).sum(1)
-    equal = (neg == pos.unsqueeze(1)).sum(1)
-    lists = ogb_lists(pos, neg)
-    k = torch.full_like(greater, cand.shape[1])
-    ints = torch.stack([greater, equal, k, torch.zeros_like(k)], 1).double()
-    return torch.cat([ints, torch.stack(lists, 1).double()], 1)
 
 
 def _bar(enabled: bool, total: int) -> Any:
@@ -302,12 +210,7 @@ def metrics_of(table: RankTable, num_negatives_hits: int = 50) -> dict[str, Any]
     ranks, which equal the Evaluator's); ``all`` / ``typed``: :func:`ranking_metrics`."""
     if table.rank.numel() == 0:
         raise ValueError("evaluate: no queries to rank")
-    if table.protocol == "ogb":
-        out: dict[str, Any] = {"mr": float(table.rank.double().mean())}
-        for k, v in table.ogb_lists.items():
-            out[k] = float(v.mean())
-    else:
-        out = ranking_metrics(table.rank, table.candidates, num_negatives_hits)
+    out = protocols.resolve(table.protocol).metrics(table, num_negatives_hits)
     out["num_queries"] = int(table.rank.numel())
     out["protocol"] = table.protocol
     out["ties"] = "average" if table.protocol == "ogb" else table.ties  # ogb's Evaluator averages

@@ -1,6 +1,6 @@
 """C-MPNN layers (no training code): ``CMPNN(cfg, num_relations, ops)``."""
 
-from cmpnn_dist.model.aggregate import Aggregation
+from cmpnn_dist.model.aggregations import Aggregation
 from cmpnn_dist.model.cmpnn import CMPNN, check_model_config
 from cmpnn_dist.model.decoder import Decoder
 from cmpnn_dist.model.init import initial_states

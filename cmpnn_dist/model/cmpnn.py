@@ -8,18 +8,19 @@ For B queries (u_b, q_b) at once, with R2 = 2|R| relations (inverses included):
     logit(v | u, q)  = MLP([h^(T)_{v|u,q} || z_q])                           [B, N]
 
 so one forward pass scores every candidate tail v.  Head prediction is tail prediction with
-the inverse relation q + |R|.  See :mod:`.init`, :mod:`.messages`, :mod:`.aggregate`,
+the inverse relation q + |R|.  See :mod:`.init`, :mod:`.messages`, :mod:`.aggregations`,
 :mod:`.readout`, :mod:`.layer` and :mod:`.decoder` for each component's equation.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from torch import Tensor, nn
 
 from cmpnn_dist.config import History, ModelConfig, OpsConfig, choices
 from cmpnn_dist.graph import Graph
-from cmpnn_dist.model import messages
-from cmpnn_dist.model.aggregate import AGGREGATE_KINDS
+from cmpnn_dist.model import aggregations, messages
 from cmpnn_dist.model.decoder import Decoder
 from cmpnn_dist.model.init import INIT_KINDS, initial_states
 from cmpnn_dist.model.layer import CMPNNLayer
@@ -32,7 +33,7 @@ def check_model_config(cfg: ModelConfig) -> None:
     """Raise ValueError naming the first invalid ``model.*`` key."""
     checks = [
         ("init", cfg.init, INIT_KINDS),
-        ("aggregate", cfg.aggregate, AGGREGATE_KINDS),
+        ("aggregate", cfg.aggregate, aggregations.names()),
         ("history", str(cfg.history), HISTORY_KINDS),
         ("readout", cfg.readout, READOUT_KINDS),
     ]
@@ -84,9 +85,11 @@ class CMPNN(nn.Module):
         heads: Tensor,
         rels: Tensor,
         edge_mask: Tensor | None = None,
-        edge_weight: Tensor | None = None,
+        edge_weight: Tensor | Sequence[Tensor] | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """Returns ``(h^(T) float [N, B, d], z_q float [B, d])``; arguments as :meth:`forward`."""
+        """Returns ``(h^(T) float [N, B, d], z_q float [B, d])``; arguments as :meth:`forward`,
+        where ``edge_weight`` may also be a list of one weight tensor per layer (layer t
+        scales its messages by ``edge_weight[t]``: per-layer path explanations)."""
         self._check(graph, heads, rels)
         z_q = self.query(rels)
         h0 = initial_states(self.cfg.init, heads, z_q, graph.num_nodes)
@@ -94,9 +97,10 @@ class CMPNN(nn.Module):
         if self.cfg.readout == "relation":
             node_sets = relation_node_sets(graph, rels, edge_mask)
         h = h0
-        for layer in self.layers:
+        weights = _per_layer(edge_weight, len(self.layers))
+        for layer, weight in zip(self.layers, weights, strict=True):
             hist = h if str(self.cfg.history) == "t" else h0
-            h = layer(graph, h, hist, z_q, edge_mask, node_sets, edge_weight)
+            h = layer(graph, h, hist, z_q, edge_mask, node_sets, weight)
         return h, z_q
 
     def node_states(
@@ -116,7 +120,7 @@ class CMPNN(nn.Module):
         heads: Tensor,
         rels: Tensor,
         edge_mask: Tensor | None = None,
-        edge_weight: Tensor | None = None,
+        edge_weight: Tensor | Sequence[Tensor] | None = None,
     ) -> Tensor:
         """Scores of every tail v for each query (u_b = heads[b], q_b = rels[b] in [0, 2|R|)).
 
@@ -127,8 +131,20 @@ class CMPNN(nn.Module):
             edge_weight: optional float [E] (shared) or [B, E] (per query): every layer
                 multiplies each edge's message by its weight before aggregating (see
                 :func:`cmpnn_dist.ops.propagate`); the logits are differentiable in it, which
-                is what gradient-based path explanations use.  ``None`` = all ones.
+                is what gradient-based path explanations use.  ``None`` = all ones; a list
+                of one tensor per layer weights each layer separately.
         Returns: logits float [B, N].
         """
         h, z_q = self.encode(graph, heads, rels, edge_mask, edge_weight)
         return self.decoder(h.transpose(0, 1), z_q)
+
+
+def _per_layer(
+    edge_weight: Tensor | Sequence[Tensor] | None, num_layers: int
+) -> list[Tensor | None]:
+    """One edge-weight argument per layer: the same tensor (or None) for all, or the list's."""
+    if isinstance(edge_weight, list | tuple):
+        if len(edge_weight) != num_layers:
+            raise ValueError(f"{num_layers} layers but {len(edge_weight)} weight tensors")
+        return list(edge_weight)
+    return [edge_weight] * num_layers

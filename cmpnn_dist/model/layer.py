@@ -13,13 +13,11 @@ the paper's parameter counts (its Table "inductive-table-parameterNum").
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from cmpnn_dist.config import ModelConfig, OpsConfig
 from cmpnn_dist.graph import Graph
-from cmpnn_dist.model import messages
-from cmpnn_dist.model.aggregate import Aggregation
+from cmpnn_dist.model import aggregations, messages
 from cmpnn_dist.model.readout import Readout
 from cmpnn_dist.ops import propagate
 
@@ -34,7 +32,7 @@ class CMPNNLayer(nn.Module):
         self.ops = ops
         self.shortcut = bool(cfg.shortcut)
         self.message = messages.build(cfg.message, num_relations, dim, cfg)
-        self.aggregate = Aggregation(cfg.aggregate)
+        self.aggregate = aggregations.build(cfg.aggregate)
         self.linear = nn.Linear(dim + self.aggregate.out_dim(dim), dim)
         self.readout = Readout(cfg.readout, dim)
         self.norm = nn.LayerNorm(dim) if cfg.layer_norm else nn.Identity()
@@ -78,18 +76,6 @@ class CMPNNLayer(nn.Module):
         return out + h if self.shortcut else out
 
     def _combine(self, h_hist: Tensor, raw: dict[str, Tensor]) -> Tensor:
-        """W_0 [h^{f(t)} || a_v] + bias, float [N, B, d].
-
-        For PNA the 12d input [S, S s, S / s'] is never built: with W_0 = [W_h, W_1, W_2, W_3]
-        it equals W_h h + W_1 S + s (W_2 S) + (W_3 S) / s' (one matmul of S against
-        [W_1; W_2; W_3]), the same function and parameters at a third of the memory traffic.
-        """
-        if self.aggregate.kind != "pna":
-            return self.linear(torch.cat([h_hist, self.aggregate(raw)], dim=-1))
-        dim = h_hist.shape[-1]
-        stats, scale = self.aggregate.pna_parts(raw)
-        weight = self.linear.weight  # [d, 13 d]
-        w_stats = weight[:, dim:].reshape(dim, 3, 4 * dim).transpose(0, 1).reshape(3 * dim, -1)
-        y = F.linear(stats, w_stats)  # [N, B, 3d]: W_1 S, W_2 S, W_3 S
-        out = F.linear(h_hist, weight[:, :dim], self.linear.bias) + y[..., :dim]
-        return out + scale * y[..., dim : 2 * dim] + y[..., 2 * dim :] / scale.clamp(min=1e-2)
+        """W_0 [h^{f(t)} || a_v] + bias, float [N, B, d] (the aggregation's ``combine``: PNA
+        never builds its 12d input)."""
+        return self.aggregate.combine(self.linear, h_hist, raw)

@@ -45,7 +45,7 @@ Implementations (``impl=``) and what they cover:
   oracle.  Every message, weights.
 * ``generic``   -- :mod:`cmpnn_dist.ops.generic`: chunked gather-then-reduce with autograd
   through the message function per piece (bounded memory).  Every message, weights.
-* ``reference`` -- :mod:`cmpnn_dist.ops.reference`: the same chunked engine with hand-written
+* ``reference`` -- :mod:`cmpnn_dist.ops.vectorized`: the same chunked engine with hand-written
   kernels for ``mul`` and ``basis`` (``FAST_MESSAGES``); other messages go through
   ``generic``'s kernel.  Every message, weights.
 * ``fused``     -- ``cmpnn_dist.ops.triton_mp`` (Triton; CUDA), imported lazily.  ``mul`` and
@@ -78,16 +78,16 @@ from cmpnn_dist.ops.messages import (
     message_names,
     register_message,
 )
+from cmpnn_dist.ops.reductions import AGGREGATORS
 
 IMPL_MODULES: dict[str, str] = {
     "naive": "cmpnn_dist.ops.naive",
-    "reference": "cmpnn_dist.ops.reference",
+    "reference": "cmpnn_dist.ops.vectorized",
     "generic": "cmpnn_dist.ops.generic",
     "fused": "cmpnn_dist.ops.triton_mp",
     "scatter": "cmpnn_dist.ops.scatter",
 }
 ALWAYS = ("naive", "reference", "generic")  # plain torch: always importable
-AGGREGATORS = ("sum", "sumsq", "max", "min")
 
 _loaded: dict[str, ModuleType | None] = {}
 

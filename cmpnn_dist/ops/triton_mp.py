@@ -35,6 +35,7 @@ from torch import Tensor
 
 from cmpnn_dist.graph import Graph
 from cmpnn_dist.ops import triton_kernels as K  # before any triton import: sets the interpreter
+from cmpnn_dist.ops.reductions import AGGREGATORS
 from cmpnn_dist.ops.triton_items import (
     I32_MAX,
     MAX_EDGES,
@@ -48,8 +49,6 @@ from cmpnn_dist.ops.triton_items import (
 from cmpnn_dist.ops.triton_tuning import launch as _launch
 
 triton, tl = K.triton, K.tl
-
-AGGREGATORS = ("sum", "sumsq", "max", "min")
 
 
 # ---------------------------------------------------------------- launches

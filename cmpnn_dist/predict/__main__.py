@@ -26,7 +26,8 @@ set_openmp_defaults()  # before torch loads OpenMP (see cmpnn_dist/openmp_env.py
 
 import pandas as pd  # noqa: E402
 
-from cmpnn_dist.cli import UsageError, run_cli, split_args  # noqa: E402
+from cmpnn_dist.cli import run_cli, split_args  # noqa: E402
+from cmpnn_dist.errors import UsageError  # noqa: E402
 from cmpnn_dist.predict.names import Query, read_queries  # noqa: E402
 
 SPECIAL = [

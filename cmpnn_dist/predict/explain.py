@@ -27,7 +27,7 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
-from cmpnn_dist.cli import UsageError
+from cmpnn_dist.errors import UsageError
 from cmpnn_dist.graph import Graph
 from cmpnn_dist.predict.search import beam_search_paths
 
@@ -62,32 +62,17 @@ def weighted_score(
     weights: list[Tensor],
 ) -> Tensor:
     """logit(tail | head, relation) with layer t's messages scaled by ``weights[t]`` (float
-    [E] each): :meth:`CMPNN.encode` layer by layer, each layer with its own weights.
+    [E] each): the model's own forward (:meth:`CMPNN.encode` takes one weight per layer).
     Returns a 0-dim tensor (differentiable in the weights and the parameters)."""
-    from cmpnn_dist.model.init import initial_states
-    from cmpnn_dist.model.readout import relation_node_sets
-
     if not supports_edge_weight(model):
         raise UsageError(
             "path explanations need a C-MPNN (model.family=cmpnn) whose layers take per-edge "
             f"weights (edge_weight=); this model is a {type(model).__name__}"
         )
-    if len(weights) != len(model.layers):
-        raise ValueError(f"{len(model.layers)} layers but {len(weights)} weight tensors")
     device = graph.device
     heads = torch.tensor([head], device=device)
     rels = torch.tensor([relation], device=device)
-    model._check(graph, heads, rels)
-    z_q = model.query(rels)
-    h0 = initial_states(model.cfg.init, heads, z_q, graph.num_nodes)
-    node_sets = None
-    if model.cfg.readout == "relation":
-        node_sets = relation_node_sets(graph, rels, None)
-    h = h0
-    for layer, w in zip(model.layers, weights, strict=True):
-        hist = h if str(model.cfg.history) == "t" else h0
-        h = layer(graph, h, hist, z_q, None, node_sets, edge_weight=w)
-    return model.decoder(h.transpose(0, 1), z_q)[0, tail]
+    return model(graph, heads, rels, edge_weight=list(weights))[0, tail]
 
 
 def edge_gradients(

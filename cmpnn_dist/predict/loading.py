@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from cmpnn_dist.cli import UsageError, ensure_dataset
 from cmpnn_dist.config import Config
+from cmpnn_dist.convert.prepare import ensure_dataset
+from cmpnn_dist.errors import UsageError
 
 
 def load_model(
@@ -17,10 +18,13 @@ def load_model(
     ``path``: a checkpoint folder or a run folder (its newest valid checkpoint);
     ``weights``: ``best`` (by validation MRR, when the checkpoint holds it) or ``last``.
     """
-    from cmpnn_dist.evaluate import config_from_checkpoint, resolve_checkpoint
     from cmpnn_dist.storage import open_dataset
     from cmpnn_dist.training.checkpoint import load_checkpoint
-    from cmpnn_dist.training.validation import model_from_state
+    from cmpnn_dist.training.restore import (
+        config_from_checkpoint,
+        model_from_state,
+        resolve_checkpoint,
+    )
 
     if weights not in ("best", "last"):
         raise UsageError(f"weights={weights!r}: choose best or last")

@@ -1,6 +1,6 @@
 """Names in, ids out: entity / relation lookup with suggestions, and the query TSV reader.
 
-An unknown name is a :class:`~cmpnn_dist.cli.UsageError` naming where it came from and the
+An unknown name is a :class:`~cmpnn_dist.errors.UsageError` naming where it came from and the
 closest known names (``difflib``), so a typo costs one readable line, never a traceback.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cmpnn_dist.cli import UsageError
+from cmpnn_dist.errors import UsageError
 
 UNKNOWN = ("?", "")
 

@@ -27,8 +27,8 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
-from cmpnn_dist.cli import UsageError
-from cmpnn_dist.evaluation.ranking import AnswerIndex
+from cmpnn_dist.errors import UsageError
+from cmpnn_dist.evaluation.answers import AnswerIndex
 from cmpnn_dist.predict.names import NameIndex, Query, queries_from
 
 KNOWN_MODES = ("flag", "filter")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cmpnn_dist.errors import UsageError
 
-class StorageError(ValueError):
+
+class StorageError(UsageError, ValueError):
     """Bad or missing dataset files, or bad input to a converter.
 
     The message always names the file (and line or key where there is one) and what is

@@ -82,6 +82,18 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
+def check_checksums(root: Path, manifest: dict[str, Any]) -> None:
+    """Raise StorageError naming the first file whose sha256 differs from the manifest."""
+    for rel, info in manifest["files"].items():
+        digest = sha256_file(root / rel)
+        if digest != info["sha256"]:
+            raise StorageError(
+                f"sha256 {digest[:16]}... differs from manifest "
+                f"{info['sha256'][:16]}... (file altered)",
+                root / rel,
+            )
+
+
 def shard_boundaries(indptr: np.ndarray, num_shards: int) -> np.ndarray:
     """Destination-node boundaries ``b`` [S+1] that balance edge counts across shards.
 

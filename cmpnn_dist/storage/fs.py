@@ -32,6 +32,12 @@ def is_uri(location: Location) -> bool:
     return "://" in str(location)
 
 
+def cache_dir() -> Path:
+    """This machine's local cache folder (``$CMPNN_CACHE_DIR``, else ``~/.cache/cmpnn_dist``):
+    where datasets of a non-local storage root are built or copied."""
+    return Path(os.environ.get("CMPNN_CACHE_DIR", Path.home() / ".cache" / "cmpnn_dist"))
+
+
 def local_path(location: Location) -> Path | None:
     """The absolute local path of a plain path or a ``file://`` URI; None for other URIs."""
     text = str(location)

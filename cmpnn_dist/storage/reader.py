@@ -329,7 +329,5 @@ def open_dataset(
     manifest = fmt.read_manifest(root)
     _check_files(root, manifest)
     if verify:
-        from cmpnn_dist.storage.verify import check_checksums
-
-        check_checksums(root, manifest)
+        fmt.check_checksums(root, manifest)
     return Dataset(root, manifest, None if shards is None else [int(k) for k in shards])

@@ -7,18 +7,9 @@ from typing import Any
 
 from cmpnn_dist.storage import format as fmt
 from cmpnn_dist.storage.errors import StorageError
+from cmpnn_dist.storage.format import check_checksums
 
-
-def check_checksums(root: Path, manifest: dict[str, Any]) -> None:
-    """Raise StorageError naming the first file whose sha256 differs from the manifest."""
-    for rel, info in manifest["files"].items():
-        digest = fmt.sha256_file(root / rel)
-        if digest != info["sha256"]:
-            raise StorageError(
-                f"sha256 {digest[:16]}... differs from manifest "
-                f"{info['sha256'][:16]}... (file altered)",
-                root / rel,
-            )
+__all__ = ["check_checksums", "verify_dataset"]
 
 
 def verify_dataset(path: str | Path) -> dict[str, Any]:

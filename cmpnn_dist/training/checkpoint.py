@@ -37,6 +37,8 @@ from typing import Any
 
 import torch
 
+from cmpnn_dist.errors import UsageError
+
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
@@ -65,7 +67,7 @@ def is_fatal_os_error(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in FATAL_ERRNOS
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UsageError, RuntimeError):
     """A checkpoint is missing, torn or corrupt; the message names the offending file."""
 
 

@@ -43,10 +43,11 @@ import torch
 from torch import Tensor
 
 from cmpnn_dist.arrays import sorted_unique
+from cmpnn_dist.config import Negatives, choices
 
 STATE_VERSION = 1
 _MAX_REJECTION_ROUNDS = 16
-NEGATIVE_MODES = ("typed", "uniform")
+NEGATIVE_MODES: tuple[str, ...] = choices(Negatives)  # the config's Literal: the one list
 
 
 @dataclass

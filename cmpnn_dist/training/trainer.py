@@ -21,10 +21,11 @@ from torch import nn
 from cmpnn_dist.config import config_to_dict
 
 from .builders import autocast, build_loss, build_lr_scheduler, build_optimizer
-from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .checkpoint import load_checkpoint, save_checkpoint
 from .context import TrainContext
 from .data import TrainData
 from .interrupt import StopRequests, TrainingInterrupted
+from .restore import check_resumable
 from .resume_keys import check_resume
 from .rng import capture_rng_state, restore_rng_state
 from .sampler import QuerySampler
@@ -175,8 +176,7 @@ class Trainer:
             "num_relations": self.data.num_relations,
             "num_train_facts": len(self.data.train.queries),
         }
-        if state.get("data") != mine:
-            raise CheckpointError(f"{path}: written for data {state.get('data')}, not {mine}")
+        check_resumable(path, state, self.config_dict.get("model"), mine)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         if state.get("scheduler") is not None:  # checkpoints before the schedule existed: None

@@ -100,56 +100,26 @@ def check_eval_options(cfg: Any, data: Any) -> None:
     it (``typed`` without node types, ``ogb`` without OGB's official negatives); called before
     any work starts."""
     from cmpnn_dist.config import ConfigError
+    from cmpnn_dist.evaluation import protocols
     from cmpnn_dist.evaluation.metrics import TIES
-    from cmpnn_dist.evaluation.ranking import PROTOCOLS
 
     from .sampler import NEGATIVE_MODES
 
     protocol, ties = _choice(cfg.eval, "protocol", "all"), _choice(cfg.eval, "ties", "pessimistic")
     negatives = _choice(cfg.train, "negatives", "typed")
     for key, value, choices in (
-        ("eval.protocol", protocol, PROTOCOLS),
+        ("eval.protocol", protocol, protocols.names()),
         ("eval.ties", ties, TIES),
         ("train.negatives", negatives, NEGATIVE_MODES),
     ):
         if value not in choices:
             raise ConfigError(f"bad value {value!r} for {key}; choose one of {list(choices)}")
-    splits = [getattr(data, s) for s in cfg.eval.splits if hasattr(data, s)]
-    if protocol == "typed" and any(s.node_types is None for s in splits):
-        raise ConfigError(
-            "eval.protocol=typed needs node types, and this dataset has none "
-            "(set data.node_types for TSV sources, or use eval.protocol=all)"
-        )
-    if protocol == "ogb" and any(len(s.queries) and s.negatives is None for s in splits):
-        raise ConfigError(
-            "eval.protocol=ogb needs OGB's official negatives, which only ogb:biokg datasets "
-            "store; use eval.protocol=typed or all"
-        )
-
-
-def model_from_state(
-    cfg: Any, state: dict[str, Any], weights: str, num_relations: int, num_nodes: int,
-    inductive: bool,
-) -> nn.Module:  # fmt: skip
-    """The model of ``cfg.model`` (:func:`~cmpnn_dist.model.build.build_model`) for a dataset of
-    that size with a checkpoint's ``best`` weights (by valid MRR; the current ones when there
-    are none or ``weights="last"``).  ValueError when they do not fit (``evaluate`` and
-    ``predict`` both load through here)."""
-    from cmpnn_dist.model.build import build_model
-
-    model = build_model(cfg.model, cfg.ops, num_relations, num_nodes, inductive)
-    best = (state.get("best") or {}).get("state")
-    params = best if (weights == "best" and best is not None) else state["model"]
-    try:
-        model.load_state_dict(params)
-    except RuntimeError as exc:
-        first = str(exc).strip().splitlines()
-        detail = "; ".join(line.strip() for line in first[1:4]) or first[0]
-        raise ValueError(
-            "the checkpoint does not fit the configured model "
-            f"(was it written with another model configuration?): {detail}"
-        ) from exc
-    return model
+    proto = protocols.resolve(protocol)
+    for split in (getattr(data, s) for s in cfg.eval.splits if hasattr(data, s)):
+        try:  # can this dataset serve the protocol (typed: node types; ogb: its negatives)?
+            proto.check(split.node_types, split.negatives, len(split.queries))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 def evaluate_splits(

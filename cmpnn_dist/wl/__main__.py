@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cmpnn_dist.cli import UsageError, run_cli
+from cmpnn_dist.cli import run_cli
+from cmpnn_dist.errors import UsageError
 from cmpnn_dist.wl.graph import read_kg
 from cmpnn_dist.wl.refine import ETAS, TESTS, run_test
 

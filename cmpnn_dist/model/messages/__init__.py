@@ -11,11 +11,14 @@ registered names:
 
 Each lives in one module of this package (``mul.py``, ``linear.py``, ``transe.py``,
 ``rotate.py``), which registers its relation parameterisation here (:func:`register`) and, when
-new, its per-edge computation with :mod:`cmpnn_dist.ops.messages`.  See :mod:`.base` for the
-protocol.
+new, its per-edge computation with :mod:`cmpnn_dist.ops.messages`.  Every module of this
+package is imported below, so a new message function is one new file (``docs/extending.md``).
+See :mod:`.base` for the protocol.
 """
 
-from cmpnn_dist.model.messages import linear, mul, rotate, transe  # noqa: F401  (registers)
+import importlib
+import pkgutil
+
 from cmpnn_dist.model.messages.base import (
     MessageFunction,
     build,
@@ -24,5 +27,8 @@ from cmpnn_dist.model.messages.base import (
     register,
     resolve,
 )
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["MessageFunction", "build", "choices", "names", "register", "resolve"]

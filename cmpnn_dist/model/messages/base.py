@@ -20,7 +20,7 @@ from typing import ClassVar
 
 from torch import Tensor, nn
 
-from cmpnn_dist.config import ModelConfig
+from cmpnn_dist.config import Config, ModelConfig, register_check, register_choice
 
 Relation = Tensor | tuple[Tensor, ...]
 
@@ -63,6 +63,7 @@ def register(cls: type[MessageFunction]) -> type[MessageFunction]:
     """Class decorator: make ``cls`` selectable as ``model.message: <cls.name>`` (and
     ``<cls.number>`` when it has one)."""
     _REGISTRY[cls.name] = cls
+    register_choice("model.message", cls.name)
     if cls.number is not None:
         _NUMBERS[cls.number] = cls.name
     return cls
@@ -101,3 +102,12 @@ def build(key: int | str, num_relations: int, dim: int, cfg: ModelConfig) -> Mes
     cls = resolve(key)
     cls.check_config(cfg)
     return cls(num_relations, dim, cfg)
+
+
+@register_check
+def check_message_config(cfg: Config) -> None:
+    """The chosen message function's own config rules (``check_config``), run by
+    :func:`cmpnn_dist.config.validate` once this registry is imported; ValueError naming the
+    key (an unknown ``model.message`` is caught earlier by the schema's ``Literal``)."""
+    if cfg.model.family == "cmpnn":
+        resolve(cfg.model.message).check_config(cfg.model)

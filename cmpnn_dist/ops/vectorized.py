@@ -1,4 +1,6 @@
-"""Plain-torch message passing in destination-row blocks (the CPU training path).
+"""Plain-torch message passing in destination-row blocks: the default vectorised path
+(``ops.impl=reference``, the name the config keeps; the CPU training path).  The test oracle
+is :mod:`cmpnn_dist.ops.naive`.
 
 The blocks, reductions, tie counts and the recompute-in-backward scheme are
 :mod:`cmpnn_dist.ops.chunked`'s.  This module adds hand-written kernels for the two messages

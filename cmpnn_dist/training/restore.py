@@ -1,0 +1,123 @@
+"""Checkpoint restore: the one place that turns a saved checkpoint back into a config and a model.
+
+``python -m cmpnn_dist.evaluate``, :mod:`cmpnn_dist.predict`, the Ray evaluation workers and
+the trainer's resume all go through here:
+
+* :func:`resolve_checkpoint` -- a checkpoint folder, or the newest valid one of a run folder;
+* :func:`config_from_checkpoint` -- the run's saved config with overrides on top, validated;
+* :func:`model_from_state` -- the configured model with the checkpoint's best / last weights;
+* :func:`check_resumable` -- a checkpoint written by the same model on the same data (resume).
+
+Errors a person must fix are :class:`~cmpnn_dist.errors.UsageError` (``config_from_checkpoint``,
+``resolve_checkpoint``), ``ValueError`` (``model_from_state``: the caller names the checkpoint)
+or :class:`~cmpnn_dist.training.checkpoint.CheckpointError` (``check_resumable``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from cmpnn_dist.config import Config, validate
+from cmpnn_dist.errors import UsageError
+
+from .checkpoint import CheckpointError
+from .checkpoint_store import CHECKPOINTS_DIR, CheckpointStore
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint folder, or the newest valid one of a run folder (or its ``checkpoints``);
+    a local path or a URI (a URI's checkpoint is fetched into a local scratch folder).
+    ``<run>/checkpoints/best`` left half-updated by a kill is repaired first."""
+    from cmpnn_dist.storage import fs
+
+    from .checkpoint_store import BEST_DIR
+
+    loc = fs.normalize(path)
+    parent = loc.rsplit("/", 1)[0]
+    if fs.name(loc) == BEST_DIR and fs.name(parent) == CHECKPOINTS_DIR:
+        CheckpointStore(parent.rsplit("/", 1)[0]).repair_best()
+    if fs.is_file(fs.join(loc, "manifest.json")):
+        local = fs.local_path(loc)
+        if local is not None:
+            return local
+        return CheckpointStore(parent, scratch_tag="eval").local(loc)
+    run = parent if fs.name(loc) == CHECKPOINTS_DIR else loc
+    found = CheckpointStore(run, scratch_tag="eval").find_latest() if fs.is_dir(loc) else None
+    if found is None:
+        raise UsageError(
+            f"no valid checkpoint at {path} (expected a checkpoint, run or checkpoints folder)"
+        )
+    return found.path
+
+
+def run_dir_of(ckpt: str | Path) -> str:
+    """The run folder of checkpoint folder ``ckpt`` (``<run>/checkpoints/<name>``), as a local
+    path or a URI string."""
+    from cmpnn_dist.storage import fs
+
+    parent = fs.normalize(ckpt).rsplit("/", 1)[0]
+    return parent.rsplit("/", 1)[0] if fs.name(parent) == CHECKPOINTS_DIR else parent
+
+
+def config_from_checkpoint(saved: dict[str, Any], overrides: list[str]) -> Config:
+    """The run's saved config with ``overrides`` on top.  ``data.rebuild`` is a one-off request
+    of the run that saved it, not a property of the model: it is not carried over."""
+    saved = {**saved, "data": {k: v for k, v in saved.get("data", {}).items() if k != "rebuild"}}
+    from omegaconf import OmegaConf
+
+    try:
+        merged = OmegaConf.merge(
+            OmegaConf.structured(Config), saved, OmegaConf.from_dotlist(overrides)
+        )
+        cfg = OmegaConf.to_object(merged)
+    except Exception as exc:
+        raise UsageError(f"config error: {' '.join(str(exc).split())}") from exc
+    assert isinstance(cfg, Config)
+    import cmpnn_dist.model.messages  # noqa: F401  (registers the message functions' checks)
+
+    validate(cfg)
+    return cfg
+
+
+def model_from_state(
+    cfg: Any, state: dict[str, Any], weights: str, num_relations: int, num_nodes: int,
+    inductive: bool,
+) -> nn.Module:  # fmt: skip
+    """The model of ``cfg.model`` (:func:`~cmpnn_dist.model.build.build_model`) for a dataset of
+    that size with a checkpoint's ``best`` weights (by valid MRR; the current ones when there
+    are none or ``weights="last"``).  ValueError when they do not fit (``evaluate`` and
+    ``predict`` both load through here)."""
+    from cmpnn_dist.model.build import build_model  # the model layer, loaded when needed
+
+    model = build_model(cfg.model, cfg.ops, num_relations, num_nodes, inductive)
+    best = (state.get("best") or {}).get("state")
+    params = best if (weights == "best" and best is not None) else state["model"]
+    try:
+        model.load_state_dict(params)
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()
+        detail = "; ".join(line.strip() for line in first[1:4]) or first[0]
+        raise ValueError(
+            "the checkpoint does not fit the configured model "
+            f"(was it written with another model configuration?): {detail}"
+        ) from exc
+    return model
+
+
+def check_resumable(
+    path: Path, state: dict[str, Any], model_config: Any, data_sizes: dict[str, int]
+) -> None:
+    """Raise CheckpointError unless checkpoint ``path`` (loaded as ``state``) was written for
+    this run's ``model`` config section and data sizes (``num_nodes``, ``num_relations``,
+    ``num_train_facts``): resuming it would otherwise load mismatched weights."""
+    saved_model = state.get("config", {}).get("model")
+    if saved_model != model_config:
+        raise CheckpointError(
+            f"{path}: written for model config {saved_model}, "
+            f"but this run's model config is {model_config}"
+        )
+    if state.get("data") != data_sizes:
+        raise CheckpointError(f"{path}: written for data {state.get('data')}, not {data_sizes}")
