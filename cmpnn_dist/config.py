@@ -288,6 +288,8 @@ def check_store_name(key: str, value: str, nested: bool = False) -> None:
             f"{key}={value!r} must be a plain folder name inside the store (no path "
             "separators, no '..', not absolute, not starting with '.')"
         )
+
+
 _REGISTERED_CHECKS: list[Callable[[Config], None]] = []
 
 
