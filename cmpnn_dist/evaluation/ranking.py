@@ -310,9 +310,7 @@ def metrics_of(
         for k, v in table.ogb_lists.items():
             out[k] = float(v.mean())
     else:
-        out = ranking_metrics(
-            table.rank, table.candidates, num_negatives_hits, hits_negatives_rule
-        )
+        out = ranking_metrics(table.rank, table.candidates, num_negatives_hits, hits_negatives_rule)
         out["hits_negatives_rule"] = hits_negatives_rule
     out["num_queries"] = int(table.rank.numel())
     out["protocol"] = table.protocol
