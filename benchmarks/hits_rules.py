@@ -107,7 +107,8 @@ def to_markdown(res: dict) -> str:
         "",
         f"commit {res['commit']}, {res['machine']}, load before {res['loadavg_before']}, "
         f"after {res['loadavg_after']}; re-runs of the cells of {TABLES} (1 epoch, seed 0, "
-        "one thread each).",
+        "one thread each).  The runs were trained on branch h25 between commits 495a1a5 and",
+        "this one (the training code unchanged; only the metric code changed) and scored here.",
         "",
         "| cell | committed (C(50, i)) | re-run, C(50, i) | re-run, TorchDrug C(49, i) | "
         "paper | reproduced |",
