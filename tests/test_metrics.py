@@ -118,3 +118,13 @@ def test_ranking_metrics_hand_values():
     strict = ranking_metrics(ranks, nums, hits_negatives_rule="n_negatives")["hits@10_50"]
     assert strict == pytest.approx(sum(_hits_by_hand(int(r), 50, 50) for r in ranks) / 4)
     assert strict < m["hits@10_50"]
+
+
+def test_the_rule_is_the_config_key_eval_hits_negatives_rule():
+    from cmpnn_dist.cli import UsageError, compose_config
+
+    assert compose_config("fb237_ind_v1", []).eval.hits_negatives_rule == "torchdrug"
+    cfg = compose_config("default", ["eval.hits_negatives_rule=n_negatives"])
+    assert cfg.eval.hits_negatives_rule == "n_negatives"
+    with pytest.raises(UsageError, match=r"eval\.hits_negatives_rule"):
+        compose_config("default", ["eval.hits_negatives_rule=c50"])
