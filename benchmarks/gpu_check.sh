@@ -29,8 +29,8 @@ export CMPNN_TRITON_PIPELINE=1  # the pipelined (stages 2 - 3) configs join the 
 } > "$OUT/env.txt" 2>&1
 head -1 "$OUT/env.txt"
 t0=$(date +%s)
-CMPNN_TRITON_AUTOTUNE=0 timeout "${TEST_TIMEOUT:-150}" python -m pytest tests/test_ops_fused.py -q \
-  -p no:cacheprovider --durations=5 > "$OUT/pytest_gpu.txt" 2>&1
+CMPNN_TRITON_AUTOTUNE=0 timeout "${TEST_TIMEOUT:-150}" python -m pytest tests -k "test_ops_fused or gpu" -q \
+  -p no:cacheprovider --durations=5 > "$OUT/pytest_gpu.txt" 2>&1  # every gpu-marked test too
 echo "pytest rc=$? in $(( $(date +%s) - t0 ))s" | tee -a "$OUT/pytest_gpu.txt"
 tail -4 "$OUT/pytest_gpu.txt"
 t0=$(date +%s)

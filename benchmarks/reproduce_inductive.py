@@ -73,6 +73,26 @@ def run_row(run_dir: Path, preset: str, seed: int, command: str) -> dict:
         "test": summary["test"],
         "seconds_per_epoch": statistics.median(epoch_seconds(run_dir)),
         "remove_query_edges": run_setting(run_dir, "train", "remove_query_edges"),
+        "test_hits@10_50_by_rule": hits_by_rule(run_dir / "ranks_test_all.parquet"),
+    }
+
+
+def hits_by_rule(ranks_path: Path) -> dict[str, float] | None:
+    """Test Hits@10 of 50 under both ``eval.hits_negatives_rule`` values, re-scored from the
+    run's per-query ranks (None where the run kept none)."""
+    if not ranks_path.is_file():
+        return None
+    import pyarrow.parquet as pq
+    import torch
+
+    from cmpnn_dist.evaluation.metrics import HITS_NEGATIVES_RULES, hits_at_k_with_negatives
+
+    t = pq.read_table(ranks_path)
+    rank = torch.tensor(t.column("rank").to_pylist(), dtype=torch.float64)
+    cands = torch.tensor(t.column("candidates").to_pylist())
+    return {
+        rule: float(hits_at_k_with_negatives(rank, cands, 10, 50, rule).mean())
+        for rule in HITS_NEGATIVES_RULES
     }
 
 

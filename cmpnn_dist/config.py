@@ -42,6 +42,7 @@ Split = Literal["valid", "test"]
 Negatives = Literal["typed", "uniform"]
 Protocol = Literal["all", "typed", "ogb"]
 Ties = Literal["pessimistic", "average"]
+HitsNegativesRule = Literal["torchdrug", "n_negatives"]
 Backend = Literal["auto", "gloo", "nccl"]
 
 
@@ -173,6 +174,10 @@ class EvalConfig:
     # evaluate on at most this many queries of each split (None: all)
     max_queries: int | None = number(None, ge=1)
     num_negatives_hits: int = number(50, ge=1)  # hits@10_50 of the inductive protocol
+    # what hits@10_50's n samples are: torchdrug (n samples, one of them the positive: the
+    # paper's code, TorchDrug / NBFNet) | n_negatives (n negatives beside the positive, a
+    # harsher rule); formulas in cmpnn_dist/evaluation/metrics.py
+    hits_negatives_rule: str = option("torchdrug", HitsNegativesRule)
     # all (filtered, every entity) | typed (filtered, entities of the target's type) | ogb
     # (OGB's official 500 negative heads / tails, metrics by ogb's Evaluator)
     protocol: str = option("all", Protocol)

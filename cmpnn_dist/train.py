@@ -100,7 +100,8 @@ def summary_table(out: dict[str, Any]) -> str:
             )
             lines.append(f"  {k:<12}{cells}")
         queries = [f"{s} {int(numeric[s].get('num_queries', 0))}" for s in splits]
-        how = {f"{k} {out[s][k]}" for s in splits for k in ("protocol", "ties") if k in out[s]}
+        named = ("protocol", "ties", "hits_negatives_rule")
+        how = {f"{k} {out[s][k]}" for s in splits for k in named if k in out[s]}
         extra = f"; {', '.join(sorted(how))}" if how else ""
         lines.append(f"  rankings: {', '.join(queries)} (both directions{extra})")
     return "\n".join(lines)

@@ -31,12 +31,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip_gpu)
 
 
+def running_in_ci() -> bool:
+    """True where the environment says CI (``CI=true``, as CI services and ``.ci/run`` set)."""
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def require_shared_data(folder: Path = SHARED_DATA) -> Path:
+    """``folder`` when it exists.  Absent: a failure in CI, where the reference graphs are
+    always there (a skip would hide every test that reads them), else a skip saying so."""
+    if not folder.is_dir():
+        message = f"reference data folder {folder} is absent"
+        if running_in_ci():
+            pytest.fail(f"{message}, and CI=true: CI must provide it")
+        pytest.skip(message)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    """The read-only reference graphs in ../shared/data; skip when absent."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"reference data folder {SHARED_DATA} is absent")
-    return SHARED_DATA
+    """The read-only reference graphs in ../shared/data (see :func:`require_shared_data`)."""
+    return require_shared_data()
 
 
 @pytest.fixture(scope="session")

@@ -46,3 +46,56 @@ def test_small_run_writes_consistent_results(tmp_path, graph):
     assert all(x == x and x > 0 for x in r["losses"])  # finite, positive BCE
     md = (out / "bio_train_cpu_small.md").read_text()
     assert f"| {graph} (synthetic:hetionet_schema) |" in md and r["commit"] in md
+
+
+class FakeClock:
+    """``bio_train_speed``'s ``time`` module with wall and CPU clocks that stand still except
+    when a training step advances them by a fixed amount."""
+
+    def __init__(self, start: float) -> None:
+        self.wall, self.cpu = start, 0.0
+
+    def perf_counter(self) -> float:
+        return self.wall
+
+    def process_time(self) -> float:
+        return self.cpu
+
+    def __getattr__(self, name: str):
+        import time
+
+        return getattr(time, name)
+
+
+def test_projected_hours_from_fixed_timings(tmp_path, monkeypatch):
+    """Steps that take 2, 3 and 5 s wall (1, 1.5 and 3.5 s CPU), the first one warm-up: the
+    median step is 4 s wall, 2.5 s CPU, at 16 queries.  The --small Hetionet-schema graph has
+    F = 3,599 training facts and the paper's batch is B = 64, so one epoch is F // B = 56
+    steps of 64 queries = 3,584 queries: 3,584 x 4 / 16 = 896 s = 0.249 h wall, 3,584 x 2.5 /
+    16 = 560 s = 0.156 h CPU; 16 / 4 = 4 queries/s."""
+    from cmpnn_dist.training.trainer import Trainer
+
+    clock = FakeClock(bio_train_speed.START)
+    monkeypatch.setattr(bio_train_speed, "time", clock)
+    timings = iter([(2.0, 1.0), (3.0, 1.5), (5.0, 3.5)])
+    real_step = Trainer.train_step
+
+    def timed_step(self, model):
+        loss = real_step(self, model)
+        wall, cpu = next(timings)
+        clock.wall += wall
+        clock.cpu += cpu
+        return loss
+
+    monkeypatch.setattr(Trainer, "train_step", timed_step)
+    out = tmp_path / "results"
+    argv = ["--small", "--graph", "hetionet", "--steps", "2", "--batch", "16", "--out", str(out)]
+    assert bio_train_speed.main([*argv, "--storage-root", str(tmp_path / "storage")]) == 0
+    r = json.loads((out / "bio_train_cpu_small.json").read_text())["results"]["hetionet"]
+    assert r["dataset"]["train_facts"] == 3_599 and r["paper_batch_size"] == 64
+    assert r["step_s"] == [2.0, 3.0, 5.0] and r["step_cpu_s"] == [1.0, 1.5, 3.5]
+    assert r["median_step_s"] == 4.0 and r["median_step_cpu_s"] == 2.5
+    assert r["steps_per_epoch"] == 56
+    assert r["queries_per_s"] == 4.0
+    assert r["projected_epoch_hours"] == 0.249  # 896 s
+    assert r["projected_epoch_cpu_hours"] == 0.156  # 560 s

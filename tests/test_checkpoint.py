@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import subprocess
 import sys
 import warnings
@@ -141,14 +142,45 @@ def test_prune_after_a_restart_leaves_keep_last(tmp_path):
     assert sorted(p.name for p in run.iterdir()) == ["checkpoints"]
 
 
+LEGACY = Path(__file__).parent / "fixtures" / "legacy_ray_run"
+
+
 def test_store_finds_legacy_ray_and_new_layout(tmp_path):
+    """A checkpoint written by the code of commit c1a3653c329a (before the checkpoints/step_N
+    store; ``tests/fixtures/legacy_ray_run``, with its command), in that commit's Ray layout:
+    ``step_N-<token>`` directly in the run folder.  Today's store finds it, its sha256 sums
+    check out and its state loads; a newer checkpoint in today's layout then wins."""
     run = tmp_path / "run"
-    save_checkpoint(run / "step_00000004-0a1b2c3d", _state(4))  # Ray runs before this change
+    shutil.copytree(LEGACY, run)
     store = CheckpointStore(run)
-    assert store.find_latest().uri == str(run / "step_00000004-0a1b2c3d")
+    found = store.find_latest()
+    assert found.uri == str(run / "step_00000004-0a1b2c3d") and found.step == 4
+    assert store.skipped == []
+    state = load_checkpoint(found.path)
+    assert state["step"] == 4 and state["epoch"] == 0
+    assert {"model", "optimizer", "sampler", "rng", "config", "best"} <= set(state)
     save_checkpoint(store.write_path(8), _state(8))
     found = store.find_latest()
     assert found.step == 8 and found.path == run / "checkpoints" / "step_00000008"
+
+
+def test_evaluate_reads_the_legacy_checkpoint(tmp_path):
+    """``python -m cmpnn_dist.evaluate`` on the legacy run folder rebuilds the model from the
+    old state and gives the metrics the old code's run reported (the same weights, ranks)."""
+    run = tmp_path / "runs" / "legacy"
+    shutil.copytree(LEGACY, run)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cmpnn_dist.evaluate", f"ckpt={run}", f"storage_root={tmp_path}",
+         "eval.max_queries=8"],
+        cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["checkpoint"] == str(run / "step_00000004-0a1b2c3d")
+    then = json.loads((LEGACY / "results_at_commit.json").read_text())
+    for split in ("valid", "test"):
+        for key in ("mr", "mrr", "hits@1", "hits@10", "num_queries"):
+            assert out[split][key] == pytest.approx(then[split][key], rel=1e-9), (split, key)
 
 
 def test_store_through_a_file_uri(tmp_path):

@@ -259,21 +259,15 @@ def test_query_file_errors_name_file_and_line(tmp_path):
         read_queries(bad)
 
 
-def _edge_weight_supported() -> bool:
+def test_the_model_takes_edge_weight():
+    """Explanations need per-edge weights in every layer: asserted, not skipped over."""
     from cmpnn_dist.config import ModelConfig
     from cmpnn_dist.model import CMPNN
 
     cfg = ModelConfig(num_layers=1, hidden_dim=2, decoder_hidden_dim=2)
-    return supports_edge_weight(CMPNN(cfg, 1))
+    assert supports_edge_weight(CMPNN(cfg, 1))
 
 
-needs_edge_weight = pytest.mark.skipif(
-    not _edge_weight_supported(),
-    reason="the model layers take no edge_weight= yet (per-edge weights from the ops branch)",
-)
-
-
-@needs_edge_weight
 @pytest.mark.parametrize("wait", [True, False], ids=["wait", "nbfnet"])
 def test_top_explanation_path_follows_the_rule(predictor, facts, wait):
     """Every held-out fact of t0, t1, t3: the best path is the rule's body (b0 then b1 for
@@ -302,7 +296,6 @@ def test_top_explanation_path_follows_the_rule(predictor, facts, wait):
         assert share_head >= (0.8 if wait else 0.6), (name, tops_head)
 
 
-@needs_edge_weight
 def test_cli_explain_and_draw(run_dir, predictor, facts, tmp_path, capsys):
     names = predictor.entities.names
     h, _, t = _held_out(predictor, facts, "t0")[0]

@@ -8,12 +8,19 @@ A.2), and INIT 3's per-query noise makes it a same-head statement too.  INIT 0 b
 node distinguishability and loses every dependence on u.  Theorem A.1: R-MPNN node states are
 refined by rwl_1.  h^(t) is the output of a model built with t layers (no hook needed); the
 models run in float64 and equal colours must give equal states to 1e-9.
+
+The colours come from the brute-force tests of ``tests/_wl_reference.py`` (dicts and sorted
+tuples straight from the paper's update rules), not from the library's vectorised
+``run_test``; every check also asserts that the model's states are not trivial (a model whose
+output is constant would satisfy each bound).
 """
 
 from __future__ import annotations
 
 import itertools
+from types import SimpleNamespace
 
+import _wl_reference as ref
 import numpy as np
 import pytest
 import torch
@@ -21,10 +28,48 @@ import torch
 from cmpnn_dist.config import ModelConfig, OpsConfig
 from cmpnn_dist.graph import Graph, build_csr, graph_from_triples
 from cmpnn_dist.model import CMPNN
-from cmpnn_dist.wl import KG, run_test
+from cmpnn_dist.wl import KG
 from cmpnn_dist.wl.rmpnn import RMPNN
 
 TOL = 1e-9
+
+
+def run_test(
+    kg: KG,
+    test: str,
+    rounds: int | None = None,
+    *,
+    eta: str = "diag",
+    node_colours: np.ndarray | None = None,
+) -> SimpleNamespace:
+    """The brute-force reference's colouring, shaped as ``cmpnn_dist.wl.run_test``'s:
+    ``.colours`` int64 [N, N] for the pair tests, [N] for rwl1 (``+``: on G^+).  ``rounds``
+    None: N^2 rounds, past the stable colouring (each unstable round splits a class of the
+    at most N^2 pairs)."""
+    n, num_rel, facts = kg.num_nodes, kg.num_relations, kg.triples().tolist()
+    rounds = n * n if rounds is None else rounds
+    if test.endswith("+"):
+        facts = ref.augment(num_rel, facts)
+    if test.rstrip("+") == "rwl1":
+        col = ref.rwl1(n, facts, rounds, node_colours)
+        return SimpleNamespace(colours=np.array([col[v] for v in range(n)], dtype=np.int64))
+    col = {"rawl2": ref.rawl2, "rwl2": ref.rwl2}[test.rstrip("+")](n, facts, rounds, eta)
+    out = np.empty((n, n), dtype=np.int64)
+    for (u, v), c in col.items():
+        out[u, v] = c
+    return SimpleNamespace(colours=out)
+
+
+def distinct(states: np.ndarray) -> int:
+    """Number of different state vectors (to 6 decimals) among the rows of states [..., d]."""
+    return len(np.unique(states.round(6).reshape(-1, states.shape[-1]), axis=0))
+
+
+def assert_not_trivial(states: np.ndarray, t: int, at_least: int = 3) -> None:
+    """A model with t >= 1 layers must give ``at_least`` different states (a constant model,
+    or one that only sees u == v, would pass every bound above)."""
+    if t >= 1:
+        assert distinct(states) >= at_least, (t, distinct(states))
 
 
 def random_kg(seed: int, n: int = 7, num_rel: int = 2, m: int = 10) -> KG:
@@ -97,8 +142,7 @@ def test_cmpnn_is_refined_by_rawl2(message: int, aggregate: str) -> None:
             states = pair_states(cfg, graph, 2, query=1, seed=t)
             gap = max_gap_within_classes(colours, states, same_head=init == 3)
             assert gap <= TOL, (seed, plus, init, history, t, gap)
-            if t >= 1:  # the model does separate pairs (no trivial pass)
-                assert len(np.unique(states.round(6).reshape(49, -1), axis=0)) > 2
+            assert_not_trivial(states, t)
     assert cross_head_classes(run_test(random_kg(0), "rawl2", 3).colours) > 0
 
 
@@ -112,6 +156,8 @@ def test_readout_keeps_the_bound_for_one_head(readout: str, aggregate: str) -> N
             cfg = ModelConfig(readout=readout, aggregate=aggregate, num_layers=t, hidden_dim=8)
             states = pair_states(cfg, graph, 2, query=0, seed=t)
             assert max_gap_within_classes(colours, states, same_head=True) <= TOL
+            assert_not_trivial(states[0], t, at_least=2)  # within one head too
+            assert_not_trivial(states, t)
 
 
 def test_product_graph_with_its_own_inverse_edges() -> None:
@@ -125,6 +171,7 @@ def test_product_graph_with_its_own_inverse_edges() -> None:
             colours = run_test(edges, "rawl2", t).colours
             states = pair_states(ModelConfig(num_layers=t, hidden_dim=8), graph, 2, 3, seed)
             assert max_gap_within_classes(colours, states, same_head=False) <= TOL
+            assert_not_trivial(states, t)
 
 
 def test_init_zero_loses_the_head() -> None:
@@ -179,6 +226,7 @@ def test_rmpnn_is_refined_by_rwl1(aggregate: str) -> None:
             for k in np.unique(colours):
                 idx = np.flatnonzero(colours == k)
                 assert np.abs(h[idx] - h[idx[0]]).max() <= TOL, (seed, plus, history, t)
+            assert_not_trivial(h, t, at_least=2)
 
 
 @pytest.mark.slow
@@ -201,3 +249,4 @@ def test_cmpnn_bound_many_graphs(message: int, aggregate: str) -> None:
             )
             states = pair_states(cfg, graph, 3, query=seed % 6, seed=seed)
             assert max_gap_within_classes(colours, states, same_head=False) <= TOL
+            assert_not_trivial(states, t)

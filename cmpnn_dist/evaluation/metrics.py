@@ -11,10 +11,23 @@ Filtered candidates (``filter_mask`` True: other true answers of the same query)
 excluded; the target itself is never counted, whatever its ``filter_mask`` entry says.
 
 Hits@10 with 50 negatives (the inductive GraIL protocol) is computed from the filtered rank,
-as the paper's code does: with p = (rank - 1) / num_candidates the probability that one random
-negative outscores the target, the chance that fewer than 10 of 50 sampled negatives do is
+in closed form: with p = (rank - 1) / num_candidates the probability that one negative drawn
+from the non-filtered candidates outscores the target, and n = ``eval.num_negatives_hits``
+(50), ``eval.hits_negatives_rule`` says what the n samples are:
 
-    hits@10_50 = sum_{i=0}^{9} C(50, i) p^i (1 - p)^(50 - i)
+    torchdrug    (default) n samples, one of them the positive, so n - 1 negatives; the
+                 target is in the top 10 when at most 9 of them outscore it:
+                     hits@10_50 = sum_{i=0}^{9} C(n - 1, i) p^i (1 - p)^(n - 1 - i)
+                 This is the code the paper's numbers come from: TorchDrug's
+                 KnowledgeGraphCompletion ``hits@10_50`` ("choose i false positive from
+                 num_sample - 1 negatives"), copied by NBFNet-PyG's ``script/run.py``.
+    n_negatives  n negatives beside the positive (what this project computed before):
+                     hits@10_50 = sum_{i=0}^{9} C(n, i) p^i (1 - p)^(n - i)
+                 always <= torchdrug's; the gap is p * C(n - 1, 9) p^9 (1 - p)^(n - 10),
+                 at most 0.028 for n = 50 (at p = 0.2: 0.444 against 0.472).
+
+Both are the probability under sampling with replacement (``tests/test_metrics.py`` checks
+each against a Monte Carlo draw of the negatives).
 """
 
 from __future__ import annotations
@@ -24,7 +37,7 @@ import math
 import torch
 from torch import Tensor
 
-from cmpnn_dist.config import Ties, choices
+from cmpnn_dist.config import HitsNegativesRule, Ties, choices
 
 
 def filtered_rank(scores: Tensor, target: Tensor, filter_mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -52,7 +65,8 @@ def filtered_rank(scores: Tensor, target: Tensor, filter_mask: Tensor) -> tuple[
     return rank.long(), negative.sum(1).long()
 
 
-TIES: tuple[str, ...] = choices(Ties)  # the config's Literal: the one list
+TIES: tuple[str, ...] = choices(Ties)  # the config's Literals: the one list
+HITS_NEGATIVES_RULES: tuple[str, ...] = choices(HitsNegativesRule)
 
 
 def tied_rank(greater: Tensor, equal: Tensor, ties: str = "pessimistic") -> Tensor:
@@ -70,19 +84,41 @@ def tied_rank(greater: Tensor, equal: Tensor, ties: str = "pessimistic") -> Tens
 
 
 def hits_at_k_with_negatives(
-    ranks: Tensor, num_candidates: Tensor, k: int = 10, num_negatives: int = 50
+    ranks: Tensor,
+    num_candidates: Tensor,
+    k: int = 10,
+    num_negatives: int = 50,
+    rule: str = "torchdrug",
 ) -> Tensor:
-    """Per-query sum_{i<k} C(n, i) p^i (1-p)^(n-i), p = (rank-1)/num_candidates; float64 [B]."""
+    """Per-query probability that the target is in the top ``k`` of ``num_negatives`` samples.
+
+    Args:
+        ranks: [B] filtered ranks (>= 1; float halves from average ties are fine).
+        num_candidates: int64 [B] non-filtered negatives each rank was taken among.
+        k: the Hits cut-off.  num_negatives: n, the number of samples.
+        rule: ``torchdrug`` (n samples, one the positive: m = n - 1 negatives) or
+            ``n_negatives`` (m = n negatives beside the positive); see the module docstring.
+
+    Returns: float64 [B], sum_{i<k} C(m, i) p^i (1 - p)^(m - i), p = (rank - 1) / num_candidates.
+    """
+    if rule not in HITS_NEGATIVES_RULES:
+        raise ValueError(
+            f"eval.hits_negatives_rule={rule!r}: choose one of {list(HITS_NEGATIVES_RULES)}"
+        )
+    m = num_negatives - 1 if rule == "torchdrug" else num_negatives
     p = (ranks.double() - 1) / num_candidates.double().clamp(min=1)
     p = p.clamp(0.0, 1.0)
     total = torch.zeros_like(p)
-    for i in range(min(k, num_negatives + 1)):
-        total += math.comb(num_negatives, i) * p.pow(i) * (1 - p).pow(num_negatives - i)
+    for i in range(min(k, m + 1)):
+        total += math.comb(m, i) * p.pow(i) * (1 - p).pow(m - i)
     return total
 
 
 def ranking_metrics(
-    ranks: Tensor, num_candidates: Tensor, num_negatives_hits: int = 50
+    ranks: Tensor,
+    num_candidates: Tensor,
+    num_negatives_hits: int = 50,
+    hits_negatives_rule: str = "torchdrug",
 ) -> dict[str, float]:
     """Mean metrics over queries.
 
@@ -90,6 +126,7 @@ def ranking_metrics(
         ranks: int64 [Q] filtered ranks (>= 1).  num_candidates: int64 [Q].
         num_negatives_hits: n of the sampled-negatives Hits@10 (``hits@10_50`` key keeps the
             name for n = 50; other n give ``hits@10_{n}``).
+        hits_negatives_rule: what the n samples are (:func:`hits_at_k_with_negatives`).
 
     Returns: ``{"mr", "mrr", "hits@1", "hits@3", "hits@10", "hits@10_50"}`` as floats.
     """
@@ -103,6 +140,8 @@ def ranking_metrics(
         "hits@3": float((r <= 3).double().mean()),
         "hits@10": float((r <= 10).double().mean()),
     }
-    hits = hits_at_k_with_negatives(ranks, num_candidates, 10, num_negatives_hits)
+    hits = hits_at_k_with_negatives(
+        ranks, num_candidates, 10, num_negatives_hits, hits_negatives_rule
+    )
     out[f"hits@10_{num_negatives_hits}"] = float(hits.mean())
     return out

@@ -203,14 +203,17 @@ def rank_queries(
     return t.rank, t.candidates
 
 
-def metrics_of(table: RankTable, num_negatives_hits: int = 50) -> dict[str, Any]:
-    """Mean metrics of a :class:`RankTable` plus ``num_queries``, ``protocol`` and ``ties``.
+def metrics_of(
+    table: RankTable, num_negatives_hits: int = 50, hits_negatives_rule: str = "torchdrug"
+) -> dict[str, Any]:
+    """Mean metrics of a :class:`RankTable` plus ``num_queries``, ``protocol``, ``ties`` and
+    (not for ``ogb``) ``hits_negatives_rule``.
 
     ``ogb``: MRR and Hits@1/3/10 are the means of ogb's Evaluator lists (``mr`` from our
     ranks, which equal the Evaluator's); ``all`` / ``typed``: :func:`ranking_metrics`."""
     if table.rank.numel() == 0:
         raise ValueError("evaluate: no queries to rank")
-    out = protocols.resolve(table.protocol).metrics(table, num_negatives_hits)
+    out = protocols.resolve(table.protocol).metrics(table, num_negatives_hits, hits_negatives_rule)
     out["num_queries"] = int(table.rank.numel())
     out["protocol"] = table.protocol
     out["ties"] = "average" if table.protocol == "ogb" else table.ties  # ogb's Evaluator averages
@@ -229,6 +232,7 @@ def evaluate(
     progress: bool = False,
     max_queries: int | None = None,
     num_negatives_hits: int = 50,
+    hits_negatives_rule: str = "torchdrug",
     ranks_path: Any = None,
     **kwargs: Any,
 ) -> dict[str, Any]:
@@ -236,13 +240,15 @@ def evaluate(
 
     Args:
         max_queries: use only the first ``max_queries`` facts (None: all).
+        num_negatives_hits, hits_negatives_rule: n and the sampling rule of ``hits@10_50``
+            (:func:`~cmpnn_dist.evaluation.metrics.hits_at_k_with_negatives`).
         ranks_path: write the per-query :class:`RankTable` there as Parquet (None: don't).
         kwargs: ``protocol``, ``ties``, ``node_types``, ``negatives``, ``rank``,
             ``world_size``, ``gather`` of :func:`rank_split`.
 
     Returns: ``{"mr", "mrr", "hits@1", "hits@3", "hits@10", "hits@10_50" (not for ``ogb``),
-    "num_queries", "protocol", "ties"}``; ``num_queries`` is the number of rankings (2 per
-    fact).
+    "num_queries", "protocol", "ties", "hits_negatives_rule" (not for ``ogb``)}``;
+    ``num_queries`` is the number of rankings (2 per fact).
     """
     queries = queries.long().reshape(-1, 3)
     negatives = kwargs.get("negatives")
@@ -265,4 +271,4 @@ def evaluate(
     )
     if ranks_path is not None:
         table.write_parquet(ranks_path)
-    return metrics_of(table, num_negatives_hits)
+    return metrics_of(table, num_negatives_hits, hits_negatives_rule)

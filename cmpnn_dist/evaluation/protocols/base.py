@@ -74,9 +74,15 @@ class EvalProtocol:
         """[Q, 4 + len(extra_columns)] (greater, equal, candidates, 0, *extras)."""
         raise NotImplementedError
 
-    def metrics(self, table: RankTable, num_negatives_hits: int) -> dict[str, Any]:
-        """The reported metrics of the gathered rankings."""
-        return ranking_metrics(table.rank, table.candidates, num_negatives_hits)
+    def metrics(
+        self, table: RankTable, num_negatives_hits: int, hits_negatives_rule: str = "torchdrug"
+    ) -> dict[str, Any]:
+        """The reported metrics of the gathered rankings (``hits_negatives_rule``: what the
+        ``num_negatives_hits`` samples of ``hits@10_50`` are, see
+        :func:`~cmpnn_dist.evaluation.metrics.hits_at_k_with_negatives`)."""
+        out = ranking_metrics(table.rank, table.candidates, num_negatives_hits, hits_negatives_rule)
+        out["hits_negatives_rule"] = hits_negatives_rule
+        return out
 
 
 def count_against(scores: Tensor, target_score: Tensor, candidates: Tensor) -> Tensor:

@@ -43,7 +43,9 @@ class OGB(EvalProtocol):
         lists = ogb_lists(pos, neg)
         return torch.cat([counts.double(), torch.stack(lists, 1).double()], 1)
 
-    def metrics(self, table: RankTable, num_negatives_hits: int) -> dict[str, Any]:
+    def metrics(
+        self, table: RankTable, num_negatives_hits: int, hits_negatives_rule: str = "torchdrug"
+    ) -> dict[str, Any]:
         out: dict[str, Any] = {"mr": float(table.rank.double().mean())}
         for k, v in table.ogb_lists.items():
             out[k] = float(v.mean())
