@@ -68,6 +68,11 @@ class CMPNN(nn.Module):
         self.query = nn.Embedding(r2, dim)
         self.layers = nn.ModuleList(CMPNNLayer(cfg, r2, self.ops) for _ in range(cfg.num_layers))
         self.decoder = Decoder(dim, cfg.decoder_hidden_dim)
+        self.pruned = None  # model.propagation=pruned: the priority MLP and pruned forward
+        if getattr(cfg, "propagation", "dense") == "pruned":
+            from cmpnn_dist.model.pruned import PrunedPropagation
+
+            self.pruned = PrunedPropagation(cfg)
 
     def _check(self, graph: Graph, heads: Tensor, rels: Tensor) -> None:
         if graph.num_relations != 2 * self.num_relations:
@@ -130,5 +135,7 @@ class CMPNN(nn.Module):
                 is what gradient-based path explanations use.  ``None`` = all ones.
         Returns: logits float [B, N].
         """
+        if self.pruned is not None:  # model.propagation=pruned (cmpnn_dist.model.pruned)
+            return self.pruned(self, graph, heads, rels, edge_mask, edge_weight)
         h, z_q = self.encode(graph, heads, rels, edge_mask, edge_weight)
         return self.decoder(h.transpose(0, 1), z_q)
