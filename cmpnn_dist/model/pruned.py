@@ -39,7 +39,6 @@ from torch import Tensor, nn
 from cmpnn_dist.config import ModelConfig
 from cmpnn_dist.graph import Graph
 from cmpnn_dist.model.pruned_select import (
-    lookup,
     out_edges,
     pack_graph,
     pack_relation,
@@ -119,6 +118,9 @@ class PrunedPropagation(nn.Module):
             h = z_q.new_zeros(batch * n, z_q.shape[1]).index_put((head_keys,), head)
         else:
             keys, h = head_keys, head
+        slot_dtype = torch.int32 if batch * n < 2**31 - 1 else torch.long
+        slot = torch.full((batch * n,), -1, dtype=slot_dtype, device=heads.device)
+        slot[keys] = torch.arange(keys.numel(), device=heads.device, dtype=slot_dtype)
         ctx = {
             "graph": graph,
             "n": n,
@@ -133,6 +135,8 @@ class PrunedPropagation(nn.Module):
             "const": self.score(torch.zeros_like(z_q), z_q),
             "node_sets": None,
             "delta": None,
+            "slot": slot,  # row of each visited (query, node) key in h / prio, else -1
+            "pmap": torch.empty_like(slot),  # row of each packed key in this layer's graph
         }
         if model.cfg.readout == "relation":
             ctx["node_sets"] = relation_node_sets(graph, rels, edge_mask)
@@ -147,38 +151,54 @@ class PrunedPropagation(nn.Module):
         flat = const.repeat(1, n).reshape(-1).to(visited.dtype)
         return flat.index_put((keys,), visited).view(batch, n)
 
-    def _layer(
-        self, layer: nn.Module, ctx: dict, keys: Tensor, h: Tensor, prio: Tensor
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """One pruned layer: ``(keys [M], h [M, d], prio [M])`` -> the same after it."""
-        graph, n, batch, z_q = ctx["graph"], ctx["n"], ctx["batch"], ctx["z_q"]
-        r2 = graph.num_relations
+    def _select(self, ctx: dict, keys: Tensor, prio: Tensor) -> tuple[Tensor, ...]:
+        """Senders and kept edges of one layer: ``(s_keys [S], owner [C], edge [C],
+        e_b [C], r_keys [C])`` (edge c leaves sender ``s_keys[owner[c]]`` of query ``e_b[c]``
+        and enters key ``r_keys[c]``)."""
+        graph, n, batch = ctx["graph"], ctx["n"], ctx["batch"]
         b_of = keys // n
         send = segment_topk(prio, b_of, ctx["k"], batch).nonzero().squeeze(1)
-        s_keys, s_b = keys[send], b_of[send]
+        s_keys = torch.sort(keys[send]).values  # by key: edge ties go to the smaller node id
+        s_b = s_keys // n
         owner, edge = out_edges(graph, s_keys - s_b * n)
         if ctx["edge_mask"] is not None:
             kept = ctx["edge_mask"][edge]
             owner, edge = owner[kept], edge[kept]
         e_b = s_b[owner]
         r_keys = e_b * n + graph.dst()[edge]
-        if edge.numel():
-            pos, found = lookup(keys, r_keys)
-            r_prio = torch.where(found, prio[pos].detach(), ctx["const"].detach()[e_b])
+        if edge.numel() and bool((torch.bincount(e_b, minlength=batch) > ctx["e"]).any()):
+            rows = ctx["slot"][r_keys].long()
+            known = prio.detach()[rows.clamp(min=0)]
+            r_prio = torch.where(rows >= 0, known, ctx["const"].detach()[e_b])
             keep = segment_topk(r_prio, e_b, ctx["e"], batch)
-            if not bool(keep.all()):
-                owner, edge, e_b, r_keys = owner[keep], edge[keep], e_b[keep], r_keys[keep]
-        node_keys = torch.unique(torch.cat([s_keys, r_keys]))
-        rel = e_b * r2 + graph.rel[edge]
-        packed, order = pack_graph(node_keys, s_keys[owner], r_keys, edge, rel, batch * r2)
-        pos, found = lookup(keys, node_keys)
-        h_p = torch.where(found.unsqueeze(1), h[pos], h.new_zeros(()))
-        p_b = node_keys // n
-        sig = torch.sigmoid(prio[send])
-        gate_s = sig if self.prune.gate == "sigmoid" else 1 + (sig - sig.detach())
-        gate = h_p.new_ones(node_keys.numel()).index_put(
-            (torch.searchsorted(node_keys, s_keys),), gate_s.to(h_p.dtype)
+            owner, edge, e_b, r_keys = owner[keep], edge[keep], e_b[keep], r_keys[keep]
+        return s_keys, owner, edge, e_b, r_keys
+
+    def _layer(
+        self, layer: nn.Module, ctx: dict, keys: Tensor, h: Tensor, prio: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """One pruned layer: ``(keys [M], h [M, d], prio [M])`` -> the same after it (rows in
+        order of first visit; ``ctx["slot"]`` maps keys to rows)."""
+        graph, n, batch, z_q = ctx["graph"], ctx["n"], ctx["batch"], ctx["z_q"]
+        slot, pmap, r2 = ctx["slot"], ctx["pmap"], graph.num_relations
+        s_keys, owner, edge, e_b, r_keys = self._select(ctx, keys, prio)
+        mark = torch.zeros(slot.numel(), dtype=torch.bool, device=slot.device)
+        mark[s_keys] = True
+        mark[r_keys] = True
+        node_keys = mark.nonzero().squeeze(1)  # sorted (query, node) keys of the subgraph
+        num = node_keys.numel()
+        pmap[node_keys] = torch.arange(num, device=slot.device, dtype=pmap.dtype)
+        s_rows = pmap[s_keys].long()
+        packed, order = pack_graph(
+            num, s_rows[owner], pmap[r_keys].long(), e_b * r2 + graph.rel[edge], batch * r2
         )
+        rows = slot[node_keys].long()
+        found = rows >= 0
+        h_p = torch.where(found.unsqueeze(1), h[rows.clamp(min=0)], h.new_zeros(()))
+        p_b = node_keys // n
+        sig = torch.sigmoid(prio[slot[s_keys].long()])
+        gate_s = sig if self.prune.gate == "sigmoid" else 1 + (sig - sig.detach())
+        gate = h_p.new_ones(num).index_put((s_rows,), gate_s.to(h_p.dtype))
         message, relation = layer.message(z_q)
         weight = ctx["edge_weight"]
         if weight is not None:
@@ -201,21 +221,24 @@ class PrunedPropagation(nn.Module):
             at_head = node_keys == ctx["head_keys"][p_b]
             hist = torch.where(at_head.unsqueeze(1), ctx["head"][p_b], h_p.new_zeros(()))
         pre = layer._combine(hist.unsqueeze(1), raw)  # [P, 1, d]
-        glob = _readout(layer.readout, ctx["node_sets"], keys, b_of, h, batch)
+        glob = _readout(layer.readout, ctx["node_sets"], keys, keys // n, h, batch)
         if glob is not None:
             pre = pre + glob[p_b].unsqueeze(1)
         out = torch.relu(layer.norm(pre)).squeeze(1)
         if layer.shortcut:
             out = out + h_p
-        self.last_stats.append((int(send.numel()), int(edge.numel()), int(node_keys.numel())))
+        self.last_stats.append((int(s_keys.numel()), int(edge.numel()), num))
         new_prio = self.score(out, z_q[p_b])
-        pos, found = lookup(node_keys, keys)
-        old = ~found
-        all_keys = torch.cat([keys[old], node_keys])
-        order = torch.sort(all_keys).indices
-        h_all = torch.cat([h[old].to(out.dtype), out])[order]
-        prio_all = torch.cat([prio[old].to(new_prio.dtype), new_prio])[order]
-        return all_keys[order], h_all, prio_all
+        # merge: updated rows in place (out of place for autograd), new rows appended
+        new = ~found
+        m = keys.numel()
+        rows = torch.where(found, rows, m + torch.cumsum(new, 0) - 1)
+        new_keys = node_keys[new]
+        slot[new_keys] = torch.arange(m, m + new_keys.numel(), device=slot.device).to(slot.dtype)
+        pad = new_keys.numel()
+        h = torch.cat([h.to(out.dtype), out.new_zeros(pad, out.shape[1])]).index_put((rows,), out)
+        prio = torch.cat([prio.to(new_prio.dtype), new_prio.new_zeros(pad)])
+        return torch.cat([keys, new_keys]), h, prio.index_put((rows,), new_prio)
 
 
 def _in_degrees(graph: Graph, edge_mask: Tensor | None) -> Tensor:

@@ -3,13 +3,14 @@
 Per-query sets of nodes are flat sorted ``int64`` *keys* ``b * N + v`` (query b, node v), so
 that B queries' subgraphs form one packed graph with no loop over queries:
 
-* :func:`segment_topk`: the top ``k_b`` items of every query by score (ties: the earlier item,
-  i.e. the smaller node id / edge order);
+* :func:`segment_topk`: the top ``k_b`` items of every query by score (ties: the earlier
+  item in the input order);
 * :func:`out_edges`: the out-edges of a set of (query, node) pairs through a source-sorted
   index of the graph (built once per graph and cached on it);
 * :func:`pack_graph`: the packed destination-sorted :class:`~cmpnn_dist.graph.Graph` over the
-  union of senders and receivers, with relation ``b * R2 + r`` so that per-query relation
-  parameters become one shared table (:func:`pack_relation`).
+  union of senders and receivers (rows found through a [B N] int map, no key search), with
+  relation ``b * R2 + r`` so that per-query relation parameters become one shared table
+  (:func:`pack_relation`).
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ def segment_topk(score: Tensor, segment: Tensor, k: int, num_segments: int) -> T
     """Bool [M] mask of the top-``k`` items of each segment by ``score`` (descending).
 
     Args: score float [M]; segment int64 [M] in [0, num_segments); k: items kept per segment.
-    Ties keep the item that comes first in the input order (stable sorts)."""
+    One stable sort of the int64 key ``segment << 32 | rank bits of -score`` (float32 order);
+    ties keep the item that comes first in the input order."""
     count = torch.bincount(segment, minlength=num_segments)
     if bool((count <= k).all()):
         return torch.ones_like(segment, dtype=torch.bool)
-    order = torch.sort(score.detach().float(), descending=True, stable=True).indices
-    order = order[torch.sort(segment[order], stable=True).indices]
+    bits = ((-score.detach().float()) + 0.0).contiguous().view(torch.int32).long()  # -0 -> +0
+    bits = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits) + 2**31  # monotone in [0, 2^32)
+    order = torch.sort((segment << 32) | bits, stable=True).indices
     start = torch.cumsum(count, 0) - count
     rank = torch.arange(segment.numel(), device=segment.device) - start[segment[order]]
     keep = torch.zeros_like(segment, dtype=torch.bool)
@@ -63,43 +66,24 @@ def out_edges(graph: Graph, nodes: Tensor) -> tuple[Tensor, Tensor]:
     return owner, order[slot]
 
 
-def lookup(keys: Tensor, query: Tensor) -> tuple[Tensor, Tensor]:
-    """Positions of ``query`` keys in sorted ``keys``: ``(pos int64, found bool)``."""
-    if keys.numel() == 0:
-        zero = torch.zeros_like(query)
-        return zero, torch.zeros_like(query, dtype=torch.bool)
-    pos = torch.searchsorted(keys, query).clamp(max=keys.numel() - 1)
-    return pos, keys[pos] == query
-
-
 def pack_graph(
-    node_keys: Tensor,
-    src_keys: Tensor,
-    dst_keys: Tensor,
-    edge: Tensor,
-    rel: Tensor,
-    num_relations: int,
+    num_nodes: int, src: Tensor, dst: Tensor, rel: Tensor, num_relations: int
 ) -> tuple[Graph, Tensor]:
     """The packed message graph of one layer.
 
     Args:
-        node_keys: sorted int64 [P], the (query, node) keys of the packed nodes.
-        src_keys, dst_keys: int64 [C] keys of each kept edge's endpoints (in ``node_keys``).
-        edge: int64 [C] original edge ids (order within a destination row, as the dense graph).
-        rel: int64 [C] packed relation ids ``b * R2 + r``.
-        num_relations: B * R2, the packed relation count.
-    Returns ``(graph, order)``: the destination-sorted graph (P nodes) and the permutation
-    that sorts the C edges into its rows (gather per-edge data with it).
+        num_nodes: P, packed nodes (the layer's (query, node) pairs).
+        src, dst: int64 [C] packed endpoints of each kept edge; rel: int64 [C] packed
+            relation ids ``b * R2 + r``; num_relations: B * R2.
+    Returns ``(graph, order)``: the destination-sorted graph and the permutation that sorts
+    the C edges into its rows (gather per-edge data with it).  A stable sort: within a row,
+    edges keep their input order (senders by key, then edge id: the dense graph's order).
     """
-    num = node_keys.numel()
-    dst = torch.searchsorted(node_keys, dst_keys)
-    src = torch.searchsorted(node_keys, src_keys)
-    span = int(edge.max()) + 1 if edge.numel() else 1
-    order = torch.sort(dst * span + edge).indices
-    count = torch.bincount(dst, minlength=num)
-    indptr = torch.zeros(num + 1, dtype=torch.long, device=node_keys.device)
+    order = torch.sort(dst, stable=True).indices
+    count = torch.bincount(dst, minlength=num_nodes)
+    indptr = torch.zeros(num_nodes + 1, dtype=torch.long, device=dst.device)
     indptr[1:] = torch.cumsum(count, 0)
-    graph = Graph(num, num_relations, indptr, src[order].contiguous(), rel[order].contiguous())
+    graph = Graph(num_nodes, num_relations, indptr, src[order].contiguous(), rel[order])
     return graph, order
 
 
