@@ -104,8 +104,10 @@ class PrunedPropagation(nn.Module):
         rels: Tensor,
         edge_mask: Tensor | None = None,
         edge_weight: Tensor | None = None,
+        layer_weights: list[Tensor] | None = None,
     ) -> Tensor:
-        """Logits float [B, N] of ``model`` (a CMPNN) pruned; arguments as ``CMPNN.forward``."""
+        """Logits float [B, N] of ``model`` (a CMPNN) pruned; arguments as ``CMPNN.forward``;
+        ``layer_weights``: one edge_weight per layer instead (path explanations)."""
         model._check(graph, heads, rels)
         n, batch = graph.num_nodes, heads.numel()
         z_q = model.query(rels)
@@ -144,7 +146,9 @@ class PrunedPropagation(nn.Module):
             ctx["delta"] = _in_degrees(graph, edge_mask)
         prio = self.score(h, z_q[keys // n])
         self.last_stats = []
-        for layer in model.layers:
+        for t, layer in enumerate(model.layers):
+            if layer_weights is not None:
+                ctx["edge_weight"] = layer_weights[t]
             keys, h, prio = self._layer(layer, ctx, keys, h, prio)
         const = model.decoder(z_q.new_zeros(batch, 1, z_q.shape[1]), z_q)  # [B, 1]
         visited = model.decoder(h.unsqueeze(1), z_q[keys // n]).reshape(-1)

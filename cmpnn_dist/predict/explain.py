@@ -78,6 +78,8 @@ def weighted_score(
     heads = torch.tensor([head], device=device)
     rels = torch.tensor([relation], device=device)
     model._check(graph, heads, rels)
+    if getattr(model, "pruned", None) is not None:  # on the pruned subgraph of each layer
+        return model.pruned(model, graph, heads, rels, layer_weights=weights)[0, tail]
     z_q = model.query(rels)
     h0 = initial_states(model.cfg.init, heads, z_q, graph.num_nodes)
     node_sets = None
