@@ -244,3 +244,36 @@ def test_explanations_use_the_pruned_subgraph():
     grads, _ = edge_gradients(small, g, 3, 1, 7)
     assert int((grads != 0).sum(1).max()) <= 2  # at most the 2 kept edges per layer
     assert bool((grads[0][g.src != 3] == 0).all())  # layer 0 sends from the head only
+
+
+def test_init_0_is_one_error_line_from_the_cli(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "cmpnn_dist.train", "model.propagation=pruned", "model.init=0",
+         f"storage_root={tmp_path}"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: model.propagation=pruned needs model.family=cmpnn with model.init 1-3 (got "
+        "family=cmpnn, init=0): INIT 0 has no head indicator to start from"
+    ]
+    assert not any(tmp_path.iterdir())
+
+
+def test_bf16_autocast_runs_and_stays_close_to_fp32():
+    g = graph(seed=1, num_nodes=20, num_facts=60)
+    torch.manual_seed(0)
+    heads, rels = torch.tensor([0, 4]), torch.tensor([1, 2])
+    for ratio in (1.0, 0.3):  # at 0.3 bf16 priorities may pick other nodes: finite only
+        model = CMPNN(cfg_of(dict(node_ratio=ratio), aggregate="pna"), NUM_REL, OpsConfig())
+        want = model(g, heads, rels)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got = model(g, heads, rels)
+        assert got.dtype == torch.bfloat16 and torch.isfinite(got).all()
+        got.float().sum().backward()
+        assert model.pruned.priority[0].weight.grad is not None
+        if ratio == 1.0:
+            assert torch.allclose(got.float(), want, atol=0.05, rtol=0.05)
