@@ -277,3 +277,18 @@ def test_bf16_autocast_runs_and_stays_close_to_fp32():
         assert model.pruned.priority[0].weight.grad is not None
         if ratio == 1.0:
             assert torch.allclose(got.float(), want, atol=0.05, rtol=0.05)
+
+
+def test_every_parameter_gets_a_gradient_for_ddp():
+    """DDP runs with find_unused_parameters=False: every parameter, the priority MLP's
+    included, must get a gradient in every step, also when a head has no out-edge."""
+    g = graph(seed=1, num_nodes=24, num_facts=12)
+    isolated = next(v for v in range(24) if int((g.src == v).sum()) == 0)
+    heads, rels = torch.tensor([0, isolated]), torch.tensor([1, 2])
+    for kw in design_space():
+        model = pair(cfg_of(dict(node_ratio=0.2), **kw))[0]
+        for h in (heads, heads[1:]):
+            model.zero_grad(set_to_none=True)
+            model(g, h, rels[: len(h)]).sum().backward()
+            unused = [n for n, p in model.named_parameters() if p.grad is None]
+            assert not unused, (kw, h, unused)
