@@ -168,7 +168,9 @@ def per_layer(model: CMPNN, graph, mask: torch.Tensor | None, b: int) -> dict:
     return {"edges": [round(s[1] / b) for s in st], "nodes": [round(s[2] / b) for s in st]}
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace, save=None) -> dict:
+    """Time every config; ``save(result)`` after every round (a run cut short keeps the
+    medians of the rounds it finished)."""
     dev = args.device
     t0 = time.perf_counter()
     data = build_graph(args.graph, args.hetionet_raw)
@@ -222,10 +224,23 @@ def run(args: argparse.Namespace) -> dict:
                 file=sys.stderr,
                 flush=True,
             )
+            result = summarise(args, data, graph, rows, rss_data, rnd + 1)
+            if save is not None:  # after every config: a run cut short keeps what it timed
+                save(result)
+    return result
+
+
+def summarise(
+    args: argparse.Namespace, data: dict, graph, rows: dict, rss_data: int, done: int
+) -> dict:
+    """The result entry from the rounds timed so far (``done`` of them)."""
+    dev = args.device
     f_train, tests = len(data["facts"]), TEST_FACTS[args.graph]
     out = {}
     for r, row in rows.items():
-        tr, ev = row["train"], row["eval"]
+        tr, ev = row["train"], row["eval"] or [dict(wall=math.nan, cpu=math.nan, peak=0, inc=0)]
+        if not tr:
+            continue
         tcpu = statistics.median(x["cpu"] for x in tr) / args.batch
         twall = statistics.median(x["wall"] for x in tr) / args.batch
         ecpu = statistics.median(x["cpu"] for x in ev) / args.eval_batch
@@ -263,8 +278,9 @@ def run(args: argparse.Namespace) -> dict:
         "dim": args.dim,
         "batch": args.batch,
         "eval_batch": args.eval_batch,
-        "rounds": args.rounds,
-        "eval_rounds": min(args.eval_rounds, args.rounds),
+        "rounds": done,  # the last round may be partial: see each config's train_rounds
+        "rounds_asked": args.rounds,
+        "eval_rounds": min(args.eval_rounds, done),
         "threads": torch.get_num_threads(),
         "device": torch.cuda.get_device_name() if dev == "cuda" else platform.processor(),
         "rss_after_graph_gb": round(rss_data / 1e9, 3),
@@ -337,9 +353,12 @@ def main(argv: list[str] | None = None) -> int:
     out, stem = Path(args.out), f"pruned_speed_{args.device}"
     path = out / f"{stem}.json"
     res = json.loads(path.read_text()) if path.is_file() else {"results": {}}
-    r = run(args)
-    res["results"][args.graph] = r
-    save_results(out, stem, res, to_markdown(res, args.device))
+
+    def save(r: dict) -> None:
+        res["results"][args.graph] = r
+        save_results(out, stem, res, to_markdown(res, args.device))
+
+    r = run(args, save)
     for name, o in r["configs"].items():
         print(
             f"{args.graph} {name}: train {o['train_cpu_s_per_query']:.4g} CPU s/query "
