@@ -33,6 +33,8 @@ Message = Literal[1, 2, 3, "query_mul", "relation_mul", "linear", "rotate", "tra
 Aggregate = Literal["sum", "mean", "max", "pna"]
 History = Literal["t", "0"]
 Readout = Literal["none", "sum", "relation"]
+Propagation = Literal["dense", "pruned"]
+PruneGate = Literal["straight_through", "sigmoid"]
 OpsImpl = Literal["auto", "reference", "generic", "naive", "fused", "scatter"]
 EdgeRemoval = Literal["none", "query", "one_hop", "candidates"]
 Device = Literal["auto", "cpu", "cuda"]
@@ -102,6 +104,27 @@ class DataConfig:
 
 
 @dataclass
+class PruneConfig:
+    """Pruned propagation (``model.propagation=pruned``; A*Net's learned priority, Zhu et al.
+    2023; :mod:`cmpnn_dist.model.pruned`).  Per layer and query, the top
+    ``k = ceil(node_ratio * N)`` visited nodes by priority send along their top
+    ``ceil(degree_ratio * k * E / N)`` out-edges (ranked by the receiver's priority);
+    ``max_nodes`` / ``max_edges`` replace the ratios by absolute numbers when set.  The test
+    values apply in eval mode (None: the training value).  ``gate``: ``straight_through``
+    (the sent state is multiplied by 1 whose gradient is sigmoid'(priority): with budgets that
+    keep everything the model is exactly the dense one) or ``sigmoid`` (A*Net: sigmoid(priority)
+    scales the sent state)."""
+
+    node_ratio: float = number(0.1, gt=0, le=1)
+    degree_ratio: float = number(1.0, gt=0)
+    test_node_ratio: float | None = number(None, gt=0, le=1)
+    test_degree_ratio: float | None = number(None, gt=0)
+    max_nodes: int | None = number(None, ge=1)
+    max_edges: int | None = number(None, ge=1)
+    gate: str = option("straight_through", PruneGate)
+
+
+@dataclass
 class ModelConfig:
     """The C-MPNN design space (paper section 4.1 and appendix E), and the R-MPNN baselines.
 
@@ -125,6 +148,9 @@ class ModelConfig:
     layer_norm: bool = True
     shortcut: bool = True
     dropout: float = number(0.0, ge=0, le=1)  # R-MPNN baselines: between layers
+    # dense: every node, every edge, every layer; pruned: learned-priority pruning (model.prune)
+    propagation: str = option("dense", Propagation)
+    prune: PruneConfig = field(default_factory=PruneConfig)
 
 
 @dataclass
@@ -338,6 +364,11 @@ def validate(cfg: Config) -> None:
             raise
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+    if m.propagation == "pruned" and (m.family != "cmpnn" or m.init == 0):
+        raise ConfigError(
+            f"model.propagation=pruned needs model.family=cmpnn with model.init 1-3 (got "
+            f"family={m.family}, init={m.init}): INIT 0 has no head indicator to start from"
+        )
     if cfg.data.node_types is not None and not cfg.data.source.startswith("tsv:"):
         raise ConfigError(
             f"data.node_types applies to tsv: sources only; {cfg.data.source} brings its own "

@@ -69,6 +69,11 @@ class CMPNN(nn.Module):
         self.query = nn.Embedding(r2, dim)
         self.layers = nn.ModuleList(CMPNNLayer(cfg, r2, self.ops) for _ in range(cfg.num_layers))
         self.decoder = Decoder(dim, cfg.decoder_hidden_dim)
+        self.pruned = None  # model.propagation=pruned: the priority MLP and pruned forward
+        if getattr(cfg, "propagation", "dense") == "pruned":
+            from cmpnn_dist.model.pruned import PrunedPropagation
+
+            self.pruned = PrunedPropagation(cfg)
 
     def _check(self, graph: Graph, heads: Tensor, rels: Tensor) -> None:
         if graph.num_relations != 2 * self.num_relations:
@@ -135,6 +140,11 @@ class CMPNN(nn.Module):
                 of one tensor per layer weights each layer separately.
         Returns: logits float [B, N].
         """
+        if self.pruned is not None:  # model.propagation=pruned (cmpnn_dist.model.pruned)
+            if isinstance(edge_weight, list | tuple):  # one per layer (explanations)
+                weights = _per_layer(edge_weight, len(self.layers))
+                return self.pruned(self, graph, heads, rels, edge_mask, layer_weights=weights)
+            return self.pruned(self, graph, heads, rels, edge_mask, edge_weight)
         h, z_q = self.encode(graph, heads, rels, edge_mask, edge_weight)
         return self.decoder(h.transpose(0, 1), z_q)
 

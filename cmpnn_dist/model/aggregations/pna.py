@@ -26,14 +26,17 @@ class PNA(Aggregation):
     @staticmethod
     def pna_parts(raw: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         """PNA statistics S = [mean, max, min, std] float [N, B, 4d] and the log-degree
-        scaler s float [N, 1, 1]; AGG = [S, S s, S / max(s, 1e-2)]."""
+        scaler s float [N, 1, 1]; AGG = [S, S s, S / max(s, 1e-2)].  An optional
+        ``raw["log_degree_mean"]`` (a scalar tensor) replaces delta."""
         deg = raw["degree"]
         count = deg.clamp(min=1).view(-1, 1, 1)
         mean = raw["sum"] / count
         std = torch.sqrt(torch.relu(raw["sumsq"] / count - mean * mean) + 1e-6)
         stats = torch.cat([mean, raw["max"], raw["min"], std], dim=-1)
         log_deg = torch.log(deg + 1)
-        scale = (log_deg / log_deg.mean().clamp(min=1e-6)).view(-1, 1, 1)
+        # delta: over the nodes of ``raw``, or given (pruned propagation: the full graph's)
+        delta = raw["log_degree_mean"] if "log_degree_mean" in raw else log_deg.mean()
+        scale = (log_deg / delta.clamp(min=1e-6)).view(-1, 1, 1)
         return stats, scale
 
     def combine(self, linear: nn.Linear, h_hist: Tensor, raw: dict[str, Tensor]) -> Tensor:

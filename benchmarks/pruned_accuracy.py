@@ -1,0 +1,169 @@
+"""Accuracy of pruned propagation beside the dense model on the GraIL inductive splits.
+
+For each preset (``fb237_ind_v1``, ``wn18rr_ind_v1``: the paper's basic C-MPNN and inductive
+hyperparameters) and each node ratio (``dense`` = ``model.propagation=dense``), one training
+run ``python -m cmpnn_dist.train conf=<preset> model.propagation=pruned
+model.prune.node_ratio=<r> ...`` is made, one after the other (one torch thread each), and its
+final JSON line read: test Hits@10 against 50 negatives (the paper's metric) and the filtered
+full-rank MRR, with the paper's dense value beside.  ``--epochs`` cuts the preset's 20 epochs
+(a *reduced budget*, labelled as such in the table); ``--seeds`` adds seeds.
+
+    python benchmarks/pruned_accuracy.py --epochs 2 --ratios dense 0.5 0.2 0.1 0.05
+    python benchmarks/pruned_accuracy.py --collect          # rewrite the table only
+
+Results accumulate in ``benchmarks/results/pruned_accuracy.json`` (one entry per run) and
+``pruned_accuracy.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from provenance import git_commit, write_atomic  # noqa: E402
+
+PAPER_HITS = {"fb237_ind_v1": 0.794, "wn18rr_ind_v1": 0.932}  # paper Table 2, basic C-MPNN
+FULL_EPOCHS = 20
+
+
+def command(preset: str, ratio: str, seed: int, epochs: int, storage: str) -> list[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "cmpnn_dist.train",
+        f"conf={preset}",
+        f"train.seed={seed}",
+        f"train.epochs={epochs}",
+        "train.progress=false",
+        "train.num_threads=1",
+        f"storage_root={storage}",
+        f"data_root={Path('/work/shared/data') if Path('/work/shared/data').is_dir() else ''}",
+        f"run_name=pruned-{preset}-{ratio}-s{seed}-e{epochs}",
+        "resume=false",
+    ]
+    if ratio != "dense":
+        cmd += ["model.propagation=pruned", f"model.prune.node_ratio={ratio}"]
+    return cmd
+
+
+def run_one(preset: str, ratio: str, seed: int, epochs: int, storage: str) -> dict:
+    cmd = command(preset, ratio, seed, epochs, storage)
+    t0, c0 = time.perf_counter(), os.times()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    c1 = os.times()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    last = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {
+        "preset": preset,
+        "ratio": ratio,
+        "seed": seed,
+        "epochs": epochs,
+        "test": last["test"],
+        "valid": last["valid"],
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "cpu_s": round(
+            c1.children_user + c1.children_system - c0.children_user - c0.children_system, 1
+        ),
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+        "commit": git_commit("--short=12", mark_dirty=True),
+        "command": " ".join(cmd[1:]),
+        "when_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+    }
+
+
+def to_markdown(entries: list[dict]) -> str:
+    lines = [
+        "# Pruned propagation: accuracy beside the dense model (GraIL inductive v1 splits)",
+        "",
+        "- model: the presets' basic C-MPNN (sum, MSG 1, INIT 2, 6 x 32, decoder 64), Adam "
+        "5e-3, batch 8, 32 negatives; pruned = `model.propagation=pruned "
+        "model.prune.node_ratio=<r>` (degree_ratio 1, straight-through gate, test ratio = "
+        "train ratio); best epoch by valid MRR",
+        f"- **reduced budget** where `epochs` < {FULL_EPOCHS} (the preset's full budget); "
+        "the full-budget command is the same with the `train.epochs` override removed",
+        "- metric: test Hits@10 against 50 negatives (the paper's), full filtered rank MRR; "
+        "ties pessimistic (unvisited candidates share one score and rank below their ties)",
+        "- machine: 2 CPU cores shared with other jobs, one torch thread per run, runs one "
+        "after the other; `cpu s` = the run's process CPU seconds (training + evaluation)",
+        "",
+        "| split | propagation | epochs | seed | test hits@10_50 | diff vs dense | test MRR "
+        "| paper dense hits@10_50 | cpu s | load | commit |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    dense = {
+        (e["preset"], e["epochs"], e["seed"]): e["test"]["hits@10_50"]
+        for e in entries
+        if e["ratio"] == "dense"
+    }
+    for e in sorted(
+        entries,
+        key=lambda e: (
+            e["preset"],
+            e["epochs"],
+            e["ratio"] != "dense",
+            -float(e["ratio"]) if e["ratio"] != "dense" else 0,
+            e["seed"],
+        ),
+    ):
+        h = e["test"]["hits@10_50"]
+        ref = dense.get((e["preset"], e["epochs"], e["seed"]))
+        diff = "" if ref is None or e["ratio"] == "dense" else f"{h - ref:+.3f}"
+        prop = "dense" if e["ratio"] == "dense" else f"pruned {e['ratio']}"
+        lines.append(
+            f"| {e['preset']} | {prop} | {e['epochs']} | {e['seed']} | {h:.3f} | {diff} "
+            f"| {e['test']['mrr']:.3f} | {PAPER_HITS.get(e['preset'], float('nan')):.3f} "
+            f"| {e['cpu_s']:.0f} | {e['loadavg'][0]:.1f} | {e['commit']} |"
+        )
+    lines += ["", "Commands (one per run):", ""]
+    lines += [f"- `python {e['command']}`" for e in entries]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--presets", nargs="+", default=["fb237_ind_v1", "wn18rr_ind_v1"])
+    p.add_argument("--ratios", nargs="+", default=["dense", "0.5", "0.2", "0.1", "0.05"])
+    p.add_argument("--seeds", nargs="+", type=int, default=[0])
+    p.add_argument("--epochs", type=int, default=FULL_EPOCHS)
+    p.add_argument("--storage", default="/tmp/pruned_accuracy")
+    p.add_argument("--collect", action="store_true", help="only rewrite the table")
+    p.add_argument("--out", default=str(HERE / "results"))
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    path = out / "pruned_accuracy.json"
+    entries = json.loads(path.read_text()) if path.is_file() else []
+    if not args.collect:
+        for preset in args.presets:
+            for seed in args.seeds:
+                for ratio in args.ratios:
+                    e = run_one(preset, ratio, seed, args.epochs, args.storage)
+                    key = (preset, ratio, seed, args.epochs)
+                    entries = [
+                        x
+                        for x in entries
+                        if (x["preset"], x["ratio"], x["seed"], x["epochs"]) != key
+                    ]
+                    entries.append(e)
+                    write_atomic(path, json.dumps(entries, indent=1))
+                    write_atomic(out / "pruned_accuracy.md", to_markdown(entries))
+                    print(
+                        f"{preset} {ratio} s{seed}: hits@10_50 "
+                        f"{e['test']['hits@10_50']:.3f} mrr {e['test']['mrr']:.3f} "
+                        f"({e['cpu_s']:.0f} CPU s)",
+                        flush=True,
+                    )
+    write_atomic(out / "pruned_accuracy.md", to_markdown(entries))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,274 @@
+"""Pruned propagation: the C-MPNN on a learned-priority subgraph per layer (A*Net, Zhu et al.
+NeurIPS 2023), for every part of the design space (``model.propagation=pruned``).
+
+Per query b, a *visited* set S_b holds the nodes whose state has left its initial value
+(S_b = {u_b} at the start: INIT 1-3 are zero elsewhere).  Each node carries a priority
+
+    p_{v|u,q} = w_2 ReLU(W_1 [h_{v|u,q} || z_q] + c_1) + c_2                (one MLP, all layers)
+
+and layer t (the dense layer's parameters, :class:`~cmpnn_dist.model.layer.CMPNNLayer`) runs on
+the subgraph chosen by it:
+
+    senders   = top-k visited nodes by p,   k = ceil(node_ratio N)  (or max_nodes)
+    edges     = top-e out-edges of the senders (kept by edge_mask) by their receiver's p
+                (an unvisited receiver: p(0, z_q)),  e = ceil(degree_ratio k E / N) (or max_edges)
+    x_w       = g_w h_w,  g = 1 + (sigmoid(p) - stopgrad(sigmoid(p)))  (straight_through: 1)
+                          or g = sigmoid(p)                           (sigmoid: A*Net)
+    h_v      <- the dense layer's update of v from the messages of the kept edges, for every
+                sender and receiver v; AGG degrees are those of the subgraph (PNA's delta: the
+                full graph's, as A*Net); READOUT sums the visited states (the others are 0)
+    S_b      <- S_b + receivers
+
+Unvisited nodes keep their initial state 0 and so all score ``decoder(0, z_q)``: their ranks
+follow the evaluation's tie rule.  States live on visited (query, node) pairs only, one packed
+graph per layer (keys b N + v, :mod:`.pruned_select`) through the same ``ops.propagate``.
+
+The dense model is the limit: when the node budget covers the graph (k >= N), every node is
+visited from the start (with its initial state), so every node sends and is updated; with
+e >= E every edge is kept and the forward pass is the dense one.  INIT 0 is refused: it has no
+head indicator to start from.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from cmpnn_dist.config import ModelConfig
+from cmpnn_dist.graph import Graph
+from cmpnn_dist.model.pruned_select import (
+    out_edges,
+    pack_graph,
+    pack_relation,
+    segment_topk,
+)
+from cmpnn_dist.model.readout import relation_node_sets
+from cmpnn_dist.ops import propagate
+
+
+def check_prune_config(cfg: ModelConfig) -> None:
+    """Raise ValueError when ``cfg`` cannot run pruned (INIT 0)."""
+    if int(cfg.init) == 0:
+        raise ValueError(
+            "model.propagation=pruned needs model.init 1-3: INIT 0 has no head indicator "
+            "to start from"
+        )
+
+
+class PrunedPropagation(nn.Module):
+    """The priority MLP and the pruned forward of a :class:`~cmpnn_dist.model.CMPNN`.
+
+    ``last_stats``: per layer of the last forward, ``(senders, edges, packed nodes)`` summed
+    over the batch (ints)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        check_prune_config(cfg)
+        dim = cfg.hidden_dim
+        self.prune = cfg.prune
+        self.init_kind = int(cfg.init)
+        self.history = str(cfg.history)
+        self.priority = nn.Sequential(nn.Linear(2 * dim, dim), nn.ReLU(), nn.Linear(dim, 1))
+        self.last_stats: list[tuple[int, int, int]] = []
+
+    def score(self, h: Tensor, z: Tensor) -> Tensor:
+        """Priorities float [M] of states h [M, d] under query embeddings z [M, d]."""
+        return self.priority(torch.cat([h, z.to(h.dtype)], dim=-1)).squeeze(-1)
+
+    def budgets(self, graph: Graph) -> tuple[int, int]:
+        """``(k, e)``: nodes and edges kept per layer and query (train or test values)."""
+        p, n = self.prune, graph.num_nodes
+        test = not self.training
+        node_ratio = p.test_node_ratio if test and p.test_node_ratio else p.node_ratio
+        degree_ratio = p.test_degree_ratio if test and p.test_degree_ratio else p.degree_ratio
+        k = p.max_nodes if p.max_nodes else math.ceil(node_ratio * n - 1e-9)
+        k = max(1, min(int(k), n))
+        e = p.max_edges if p.max_edges else math.ceil(degree_ratio * k * graph.num_edges / n)
+        return k, max(1, int(e))
+
+    def head_states(self, z_q: Tensor) -> Tensor:
+        """h^(0)_{u|u,q} float [B, d] (the draws of :func:`~.init.initial_states`)."""
+        if self.init_kind == 1:
+            return torch.ones_like(z_q)
+        if self.init_kind == 2:
+            return z_q
+        return z_q + torch.randn_like(z_q)
+
+    def forward(
+        self,
+        model: nn.Module,
+        graph: Graph,
+        heads: Tensor,
+        rels: Tensor,
+        edge_mask: Tensor | None = None,
+        edge_weight: Tensor | None = None,
+        layer_weights: list[Tensor] | None = None,
+    ) -> Tensor:
+        """Logits float [B, N] of ``model`` (a CMPNN) pruned; arguments as ``CMPNN.forward``;
+        ``layer_weights``: one edge_weight per layer instead (path explanations)."""
+        model._check(graph, heads, rels)
+        n, batch = graph.num_nodes, heads.numel()
+        z_q = model.query(rels)
+        head = self.head_states(z_q)
+        k, e = self.budgets(graph)
+        qidx = torch.arange(batch, device=heads.device)
+        head_keys = qidx * n + heads
+        if k >= n:  # every node visited from the start: the dense model
+            keys = torch.arange(batch * n, device=heads.device)
+            h = z_q.new_zeros(batch * n, z_q.shape[1]).index_put((head_keys,), head)
+        else:
+            keys, h = head_keys, head
+        slot_dtype = torch.int32 if batch * n < 2**31 - 1 else torch.long
+        slot = torch.full((batch * n,), -1, dtype=slot_dtype, device=heads.device)
+        slot[keys] = torch.arange(keys.numel(), device=heads.device, dtype=slot_dtype)
+        ctx = {
+            "graph": graph,
+            "n": n,
+            "batch": batch,
+            "k": k,
+            "e": e,
+            "z_q": z_q,
+            "head": head,
+            "head_keys": head_keys,
+            "edge_mask": edge_mask,
+            "edge_weight": edge_weight,
+            "const": self.score(torch.zeros_like(z_q), z_q),
+            "node_sets": None,
+            "delta": None,
+            "slot": slot,  # row of each visited (query, node) key in h / prio, else -1
+            "pmap": torch.empty_like(slot),  # row of each packed key in this layer's graph
+        }
+        if model.cfg.readout == "relation":
+            ctx["node_sets"] = relation_node_sets(graph, rels, edge_mask)
+        if model.cfg.aggregate == "pna":
+            ctx["delta"] = _in_degrees(graph, edge_mask)
+        prio = self.score(h, z_q[keys // n])
+        self.last_stats = []
+        for t, layer in enumerate(model.layers):
+            if layer_weights is not None:
+                ctx["edge_weight"] = layer_weights[t]
+            keys, h, prio = self._layer(layer, ctx, keys, h, prio)
+        const = model.decoder(z_q.new_zeros(batch, 1, z_q.shape[1]), z_q)  # [B, 1]
+        visited = model.decoder(h.unsqueeze(1), z_q[keys // n]).reshape(-1)
+        flat = const.repeat(1, n).reshape(-1).to(visited.dtype)
+        return flat.index_put((keys,), visited).view(batch, n)
+
+    def _select(self, ctx: dict, keys: Tensor, prio: Tensor) -> tuple[Tensor, ...]:
+        """Senders and kept edges of one layer: ``(s_keys [S], owner [C], edge [C],
+        e_b [C], r_keys [C])`` (edge c leaves sender ``s_keys[owner[c]]`` of query ``e_b[c]``
+        and enters key ``r_keys[c]``)."""
+        graph, n, batch = ctx["graph"], ctx["n"], ctx["batch"]
+        b_of = keys // n
+        send = segment_topk(prio, b_of, ctx["k"], batch).nonzero().squeeze(1)
+        s_keys = torch.sort(keys[send]).values  # by key: edge ties go to the smaller node id
+        s_b = s_keys // n
+        owner, edge = out_edges(graph, s_keys - s_b * n)
+        if ctx["edge_mask"] is not None:
+            kept = ctx["edge_mask"][edge]
+            owner, edge = owner[kept], edge[kept]
+        e_b = s_b[owner]
+        r_keys = e_b * n + graph.dst()[edge]
+        if edge.numel() and bool((torch.bincount(e_b, minlength=batch) > ctx["e"]).any()):
+            rows = ctx["slot"][r_keys].long()
+            known = prio.detach()[rows.clamp(min=0)]
+            r_prio = torch.where(rows >= 0, known, ctx["const"].detach()[e_b])
+            keep = segment_topk(r_prio, e_b, ctx["e"], batch)
+            owner, edge, e_b, r_keys = owner[keep], edge[keep], e_b[keep], r_keys[keep]
+        return s_keys, owner, edge, e_b, r_keys
+
+    def _layer(
+        self, layer: nn.Module, ctx: dict, keys: Tensor, h: Tensor, prio: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """One pruned layer: ``(keys [M], h [M, d], prio [M])`` -> the same after it (rows in
+        order of first visit; ``ctx["slot"]`` maps keys to rows)."""
+        graph, n, batch, z_q = ctx["graph"], ctx["n"], ctx["batch"], ctx["z_q"]
+        slot, pmap, r2 = ctx["slot"], ctx["pmap"], graph.num_relations
+        s_keys, owner, edge, e_b, r_keys = self._select(ctx, keys, prio)
+        mark = torch.zeros(slot.numel(), dtype=torch.bool, device=slot.device)
+        mark[s_keys] = True
+        mark[r_keys] = True
+        node_keys = mark.nonzero().squeeze(1)  # sorted (query, node) keys of the subgraph
+        num = node_keys.numel()
+        pmap[node_keys] = torch.arange(num, device=slot.device, dtype=pmap.dtype)
+        s_rows = pmap[s_keys].long()
+        packed, order = pack_graph(
+            num, s_rows[owner], pmap[r_keys].long(), e_b * r2 + graph.rel[edge], batch * r2
+        )
+        rows = slot[node_keys].long()
+        found = rows >= 0
+        h_p = torch.where(found.unsqueeze(1), h[rows.clamp(min=0)], h.new_zeros(()))
+        p_b = node_keys // n
+        sig = torch.sigmoid(prio[slot[s_keys].long()])
+        gate_s = sig if self.prune.gate == "sigmoid" else 1 + (sig - sig.detach())
+        gate = h_p.new_ones(num).index_put((s_rows,), gate_s.to(h_p.dtype))
+        message, relation = layer.message(z_q)
+        weight = ctx["edge_weight"]
+        if weight is not None:
+            weight = (weight[edge] if weight.dim() == 1 else weight[e_b, edge])[order]
+        raw = propagate(
+            packed,
+            (h_p * gate.unsqueeze(1)).unsqueeze(1),
+            pack_relation(message, relation, batch, r2),
+            message=message,
+            aggregators=layer.aggregate.ops_aggregators,
+            edge_weight=weight,
+            impl=layer.ops.impl,
+            chunk_elements=layer.ops.chunk_elements,
+        )
+        if ctx["delta"] is not None:  # PNA's delta over the full graph, as the dense layer's
+            raw["log_degree_mean"] = torch.log(ctx["delta"].to(raw["degree"].dtype) + 1).mean()
+        if self.history == "t":
+            hist = h_p
+        else:
+            at_head = node_keys == ctx["head_keys"][p_b]
+            hist = torch.where(at_head.unsqueeze(1), ctx["head"][p_b], h_p.new_zeros(()))
+        pre = layer._combine(hist.unsqueeze(1), raw)  # [P, 1, d]
+        glob = _readout(layer.readout, ctx["node_sets"], keys, keys // n, h, batch)
+        if glob is not None:
+            pre = pre + glob[p_b].unsqueeze(1)
+        out = torch.relu(layer.norm(pre)).squeeze(1)
+        if layer.shortcut:
+            out = out + h_p
+        self.last_stats.append((int(s_keys.numel()), int(edge.numel()), num))
+        new_prio = self.score(out, z_q[p_b])
+        # merge: updated rows in place (out of place for autograd), new rows appended
+        new = ~found
+        m = keys.numel()
+        rows = torch.where(found, rows, m + torch.cumsum(new, 0) - 1)
+        new_keys = node_keys[new]
+        slot[new_keys] = torch.arange(m, m + new_keys.numel(), device=slot.device).to(slot.dtype)
+        pad = new_keys.numel()
+        h = torch.cat([h.to(out.dtype), out.new_zeros(pad, out.shape[1])]).index_put((rows,), out)
+        prio = torch.cat([prio.to(new_prio.dtype), new_prio.new_zeros(pad)])
+        return torch.cat([keys, new_keys]), h, prio.index_put((rows,), new_prio)
+
+
+def _in_degrees(graph: Graph, edge_mask: Tensor | None) -> Tensor:
+    """float [N]: the full graph's kept in-degrees (PNA's delta, as the dense layer's)."""
+    if edge_mask is None:
+        return (graph.indptr[1:] - graph.indptr[:-1]).float()
+    return torch.bincount(graph.dst()[edge_mask], minlength=graph.num_nodes).float()
+
+
+def _readout(
+    readout: nn.Module,
+    node_sets: tuple[Tensor, Tensor] | None,
+    keys: Tensor,
+    b_of: Tensor,
+    h: Tensor,
+    batch: int,
+) -> Tensor | None:
+    """READOUT^(t) float [B, d] over the visited states (the unvisited ones are 0)."""
+    if readout.kind == "none":
+        return None
+
+    def total(weight: Tensor | None) -> Tensor:
+        x = h if weight is None else h * weight.to(h.dtype).unsqueeze(1)
+        return h.new_zeros(batch, h.shape[1]).index_add(0, b_of, x)
+
+    if readout.kind == "sum":
+        return readout.w1(total(None))
+    incoming, outgoing = (s.reshape(-1)[keys] for s in node_sets)
+    return readout.w1(total(incoming)) + readout.w2(total(outgoing))

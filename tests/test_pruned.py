@@ -1,0 +1,294 @@
+"""Pruned propagation (model.propagation=pruned): the dense model as its limit over the design
+space, the pruned subgraph against a slow per-query reference, the priority gradient, the tie
+rule for unvisited candidates, and the config's refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from cmpnn_dist.config import ModelConfig, OpsConfig, PruneConfig
+from cmpnn_dist.evaluation.ranking import tied_rank
+from cmpnn_dist.graph import graph_from_triples
+from cmpnn_dist.model import CMPNN
+
+NUM_REL = 3
+NUM_NODES = 14
+
+
+def cfg_of(prune: dict | None = None, **kw) -> ModelConfig:
+    base = dict(num_layers=3, hidden_dim=8, decoder_hidden_dim=8)
+    base.update(kw)
+    return ModelConfig(**base, propagation="pruned", prune=PruneConfig(**(prune or {})))
+
+
+def graph(seed: int = 0, num_nodes: int = NUM_NODES, num_facts: int = 40):
+    rng = np.random.default_rng(seed)
+    facts = np.stack(
+        [
+            rng.integers(0, num_nodes, num_facts),
+            rng.integers(0, NUM_REL, num_facts),
+            rng.integers(0, num_nodes, num_facts),
+        ],
+        1,
+    )
+    return graph_from_triples(num_nodes, NUM_REL, np.unique(facts, axis=0))
+
+
+def pair(cfg: ModelConfig, seed: int = 0) -> tuple[CMPNN, CMPNN]:
+    """(pruned model, dense model) with the same dense parameters."""
+    torch.manual_seed(seed)
+    pruned = CMPNN(cfg, NUM_REL, OpsConfig(impl="reference", chunk_elements=1 << 16)).double()
+    dense_cfg = dataclasses.replace(cfg, propagation="dense")
+    dense = CMPNN(dense_cfg, NUM_REL, OpsConfig(impl="reference", chunk_elements=1 << 16)).double()
+    missing = dense.load_state_dict(
+        {k: v for k, v in pruned.state_dict().items() if not k.startswith("pruned.")}
+    )
+    assert not missing.missing_keys and not missing.unexpected_keys
+    return pruned, dense
+
+
+QUERIES = (torch.tensor([0, 3, 5, 7, 3]), torch.tensor([0, 1, 4, 5, 2]))
+BASE = dict(init=2, message=1, aggregate="sum", history="t", readout="none")
+AXES = {
+    "init": [1, 2, 3],
+    "message": [1, 2, 3, "transe", "rotate"],
+    "aggregate": ["sum", "mean", "max", "pna"],
+    "history": ["t", "0"],
+    "readout": ["none", "sum", "relation"],
+    "layer_norm": [True, False],
+    "shortcut": [True, False],
+}
+
+
+def design_space() -> list[dict]:
+    """Every value of every axis from the base; every message with PNA and the relation
+    readout (the widest combination); MSG 3 with a basis decomposition."""
+    out = [dict(BASE, **{axis: v}) for axis, values in AXES.items() for v in values]
+    for msg in AXES["message"]:
+        out.append(dict(BASE, message=msg, aggregate="pna", readout="relation", history="0"))
+    out.append(dict(BASE, message=3, num_bases=2, aggregate="max", readout="sum", init=3))
+    return out
+
+
+KEEP_ALL = [dict(node_ratio=1.0, degree_ratio=1.0), dict(max_nodes=10**6, degree_ratio=1.5)]
+
+
+@pytest.mark.parametrize(
+    "prune,remove", [(KEEP_ALL[0], False), (KEEP_ALL[1], True)], ids=["ratios", "max_nodes_mask"]
+)
+def test_keep_everything_is_the_dense_model(prune, remove):
+    g = graph()
+    mask = None
+    if remove:
+        mask = torch.ones(g.num_edges, dtype=torch.bool)
+        mask[::3] = False
+    for kw in design_space():
+        pruned, dense = pair(cfg_of(prune, **kw))
+        for model in (pruned, dense):
+            model.eval()
+        torch.manual_seed(5)  # INIT 3 draws its noise in the forward pass
+        got = pruned(g, *QUERIES, edge_mask=mask)
+        torch.manual_seed(5)
+        want = dense(g, *QUERIES, edge_mask=mask)
+        assert torch.allclose(got, want, rtol=1e-9, atol=1e-10), kw
+        ranks = lambda s: (s.unsqueeze(2) > s.unsqueeze(1)).sum(2)  # noqa: E731
+        assert torch.equal(ranks(got), ranks(want)), kw
+        # every node visited and every edge kept in every layer
+        assert pruned.pruned.last_stats[0][2] == len(QUERIES[0]) * g.num_nodes
+
+
+def test_keep_everything_gradients_match_dense():
+    """The priority's gradient also reaches h and z_q (as A*Net's); with its output weight
+    zeroed that path is 0 and every dense parameter's gradient equals the dense model's."""
+    g = graph()
+    pruned, dense = pair(cfg_of(dict(node_ratio=1.0), aggregate="pna", readout="relation"))
+    with torch.no_grad():
+        pruned.pruned.priority[2].weight.zero_()
+    heads, rels = QUERIES
+    for model in (pruned, dense):
+        model(g, heads, rels)[:, :5].sum().backward()
+    grads = dict(pruned.named_parameters())
+    for name, p in dense.named_parameters():
+        assert torch.allclose(grads[name].grad, p.grad, rtol=1e-8, atol=1e-10), name
+
+
+def slow_pruned(model: CMPNN, g, head: int, rel: int, scale: float = 1.0):
+    """One query by hand: dense [N, 1, d] states, the senders / edges picked by loops."""
+    pr, cfg = model.pruned, model.cfg
+    n, (k, e) = g.num_nodes, pr.budgets(g)
+    z = model.query(torch.tensor([rel]))
+    h = torch.zeros(n, 1, cfg.hidden_dim, dtype=z.dtype)
+    h[head, 0] = pr.head_states(z)[0]
+    visited = {head}
+    src, dst = g.src.tolist(), g.dst().tolist()
+    for layer in model.layers:
+        prio = pr.score(h[:, 0], z.expand(n, -1)).detach()
+        order = sorted(visited, key=lambda v: (-float(prio[v]), v))
+        senders = order[:k]
+        cand = [i for i in range(g.num_edges) if src[i] in senders]
+        cand.sort(key=lambda i: (src[i], i))  # out-edges by sender id, then edge id
+        cand = sorted(cand, key=lambda i: -float(prio[dst[i]]))[:e]  # stable: ties keep order
+        mask = torch.zeros(g.num_edges, dtype=torch.bool)
+        mask[cand] = True
+        sig = torch.sigmoid(pr.score(h[:, 0], z.expand(n, -1)))
+        x = h * (1 + (sig - sig.detach())).view(n, 1, 1) * scale
+        new = layer(g, x, h, z, edge_mask=mask)
+        new = new - x + h if layer.shortcut else new  # the shortcut adds the ungated state
+        touched = set(senders) | {dst[i] for i in cand}
+        rows = torch.tensor(sorted(touched))
+        h = h.clone()
+        h[rows] = new[rows]
+        visited |= touched
+    logits = model.decoder(h.transpose(0, 1), z)[0]
+    unvisited = [v for v in range(n) if v not in visited]
+    return logits, unvisited
+
+
+@pytest.mark.parametrize("prune", [dict(node_ratio=0.15), dict(max_nodes=2, max_edges=3)])
+def test_pruned_matches_a_slow_per_query_reference(prune):
+    """Sum aggregation, no readout (the layer on the masked full graph equals the layer on the
+    subgraph for the touched nodes: degrees are those of the kept edges)."""
+    g = graph(seed=1, num_nodes=20, num_facts=60)
+    model = pair(cfg_of(prune, aggregate="mean", layer_norm=False), seed=3)[0].eval()
+    heads, rels = torch.tensor([0, 4, 9]), torch.tensor([1, 2, 5])
+    with torch.no_grad():
+        got = model(g, heads, rels)
+        for b in range(3):
+            want, unvisited = slow_pruned(model, g, int(heads[b]), int(rels[b]))
+            assert unvisited, "the budget must leave some node unvisited"
+            assert torch.allclose(got[b], want, rtol=1e-9, atol=1e-10), b
+
+
+def test_unvisited_candidates_tie_at_the_initial_score():
+    g = graph(seed=2, num_nodes=30, num_facts=50)
+    model = pair(cfg_of(dict(max_nodes=1, max_edges=1)), seed=0)[0].eval()
+    heads, rels = torch.tensor([0, 1]), torch.tensor([0, 3])
+    with torch.no_grad():
+        scores = model(g, heads, rels)
+        const = model.decoder(torch.zeros(2, 1, 8, dtype=scores.dtype), model.query(rels))
+    for b in range(2):
+        _, unvisited = slow_pruned(model, g, int(heads[b]), int(rels[b]))
+        assert len(unvisited) > 20
+        assert torch.equal(scores[b, unvisited], const[b, 0].expand(len(unvisited)))
+        target = unvisited[0]
+        greater = int((scores[b] > scores[b, target]).sum())
+        equal = int((scores[b] == scores[b, target]).sum()) - 1
+        pess = tied_rank(torch.tensor([greater]), torch.tensor([equal]), "pessimistic")
+        avg = tied_rank(torch.tensor([greater]), torch.tensor([equal]), "average")
+        assert int(pess) == greater + len(unvisited)  # below every tied unvisited node
+        assert float(avg) == greater + 1 + (len(unvisited) - 1) / 2
+
+
+def test_priority_gradient_sigmoid_gate_gradcheck():
+    """With the sigmoid gate the logits are a smooth function of the priority MLP's weights
+    (the selection is locally constant): autograd against finite differences."""
+    g = graph(seed=1, num_nodes=20, num_facts=60)
+    model = pair(cfg_of(dict(node_ratio=0.2, gate="sigmoid"), num_layers=2), seed=1)[0]
+    heads, rels = torch.tensor([0, 4]), torch.tensor([1, 2])
+    named = dict(model.pruned.priority.named_parameters())
+    params = {f"pruned.priority.{n}": named[n] for n in ("0.bias", "2.weight", "2.bias")}
+
+    def call(*ws):
+        return torch.func.functional_call(
+            model, dict(zip(params, ws, strict=True)), (g, heads, rels)
+        )
+
+    inputs = tuple(p.detach().clone().requires_grad_(True) for p in params.values())
+    assert torch.autograd.gradcheck(call, inputs, eps=1e-6, atol=1e-6)
+
+
+def test_priority_gradient_straight_through():
+    """The straight-through gate sends h itself but passes dL/dg at g = 1 times sigmoid'(p) to
+    the priority.  One layer, one sender (the head): d L / d c_2 (the MLP's output bias) must
+    equal sigmoid'(p_head) * dL/dg, dL/dg by central differences of the slow reference with
+    the sent state scaled by g."""
+    g = graph(seed=1, num_nodes=20, num_facts=60)
+    model = pair(cfg_of(dict(max_nodes=1), num_layers=1), seed=2)[0]
+    head, rel = 2, 1
+    weights = torch.linspace(-1, 1, g.num_nodes, dtype=torch.float64)
+    loss = lambda logits: (logits * weights).sum()  # noqa: E731
+    loss(model(g, torch.tensor([head]), torch.tensor([rel]))[0]).backward()
+    got = model.pruned.priority[2].bias.grad
+    with torch.no_grad():
+        eps = 1e-6
+        up = loss(slow_pruned(model, g, head, rel, scale=1 + eps)[0])
+        down = loss(slow_pruned(model, g, head, rel, scale=1 - eps)[0])
+        z = model.query(torch.tensor([rel]))
+        p = model.pruned.score(model.pruned.head_states(z), z)
+    want = (up - down) / (2 * eps) * torch.sigmoid(p) * (1 - torch.sigmoid(p))
+    assert abs(float(want)) > 1e-6
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-9)
+
+
+def test_refusals():
+    with pytest.raises(ValueError, match="INIT 0 has no head indicator"):
+        CMPNN(cfg_of(init=0), NUM_REL)
+
+
+def test_explanations_use_the_pruned_subgraph():
+    """Per-layer edge gradients of a pruned model: with budgets that keep everything they are
+    the dense model's; at a small budget they vanish on every edge the layer did not keep."""
+    from cmpnn_dist.predict.explain import edge_gradients
+
+    g = graph(seed=4, num_nodes=20, num_facts=50)
+    pruned, dense = pair(cfg_of(dict(node_ratio=1.0), num_layers=2))
+    got, logit = edge_gradients(pruned, g, 3, 1, 7)
+    want, want_logit = edge_gradients(dense, g, 3, 1, 7)
+    assert abs(logit - want_logit) < 1e-9
+    assert torch.allclose(got, want, rtol=1e-8, atol=1e-10)
+    small = pair(cfg_of(dict(max_nodes=1, max_edges=2), num_layers=2))[0]
+    grads, _ = edge_gradients(small, g, 3, 1, 7)
+    assert int((grads != 0).sum(1).max()) <= 2  # at most the 2 kept edges per layer
+    assert bool((grads[0][g.src != 3] == 0).all())  # layer 0 sends from the head only
+
+
+def test_init_0_is_one_error_line_from_the_cli(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "cmpnn_dist.train", "model.propagation=pruned", "model.init=0",
+         f"storage_root={tmp_path}"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: model.propagation=pruned needs model.family=cmpnn with model.init 1-3 (got "
+        "family=cmpnn, init=0): INIT 0 has no head indicator to start from"
+    ]
+    assert not any(tmp_path.iterdir())
+
+
+def test_bf16_autocast_runs_and_stays_close_to_fp32():
+    g = graph(seed=1, num_nodes=20, num_facts=60)
+    torch.manual_seed(0)
+    heads, rels = torch.tensor([0, 4]), torch.tensor([1, 2])
+    for ratio in (1.0, 0.3):  # at 0.3 bf16 priorities may pick other nodes: finite only
+        model = CMPNN(cfg_of(dict(node_ratio=ratio), aggregate="pna"), NUM_REL, OpsConfig())
+        want = model(g, heads, rels)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got = model(g, heads, rels)
+        assert got.dtype == torch.bfloat16 and torch.isfinite(got).all()
+        got.float().sum().backward()
+        assert model.pruned.priority[0].weight.grad is not None
+        if ratio == 1.0:
+            assert torch.allclose(got.float(), want, atol=0.05, rtol=0.05)
+
+
+def test_every_parameter_gets_a_gradient_for_ddp():
+    """DDP runs with find_unused_parameters=False: every parameter, the priority MLP's
+    included, must get a gradient in every step, also when a head has no out-edge."""
+    g = graph(seed=1, num_nodes=24, num_facts=12)
+    isolated = next(v for v in range(24) if int((g.src == v).sum()) == 0)
+    heads, rels = torch.tensor([0, isolated]), torch.tensor([1, 2])
+    for kw in design_space():
+        model = pair(cfg_of(dict(node_ratio=0.2), **kw))[0]
+        for h in (heads, heads[1:]):
+            model.zero_grad(set_to_none=True)
+            model(g, h, rels[: len(h)]).sum().backward()
+            unused = [n for n, p in model.named_parameters() if p.grad is None]
+            assert not unused, (kw, h, unused)
