@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -30,7 +31,7 @@ Message = Literal[1, 2, 3, "query_mul", "relation_mul", "linear", "rotate", "tra
 Aggregate = Literal["sum", "mean", "max", "pna"]
 History = Literal["t", "0"]
 Readout = Literal["none", "sum", "relation"]
-OpsImpl = Literal["auto", "reference", "generic", "naive", "fused", "scatter"]
+OpsImpl = Literal["auto", "reference", "generic", "naive", "fused", "scatter", "cpu"]
 EdgeRemoval = Literal["none", "query", "one_hop", "candidates"]
 Device = Literal["auto", "cpu", "cuda"]
 Precision = Literal["fp32", "bf16"]
@@ -304,6 +305,16 @@ def _check_machine(cfg: Config) -> None:
         raise ConfigError(
             "ops.impl=fused needs Triton, which is not installed "
             '(pip install -e ".[gpu]" on a CUDA machine); use ops.impl=auto'
+        )
+    if cfg.ops.impl == "cpu" and wants_cuda:
+        raise ConfigError(
+            "ops.impl=cpu is the compiled CPU kernel; with train.device=cuda or "
+            "cluster.use_gpu=true use ops.impl=auto"
+        )
+    if cfg.ops.impl == "cpu" and shutil.which(os.environ.get("CXX") or "c++") is None:
+        raise ConfigError(
+            "ops.impl=cpu compiles its kernel on first use but finds no C++ compiler "
+            "(c++ or $CXX); install one (e.g. g++) or use ops.impl=auto"
         )
     if cfg.ops.impl == "scatter" and importlib.util.find_spec("torch_scatter") is None:
         raise ConfigError(
