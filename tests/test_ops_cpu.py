@@ -25,7 +25,8 @@ AGGS = ("sum", "sumsq", "max", "min")
 def _graph(num_nodes=12, num_rel=3, seed=0):
     """Random facts, a hub (node 0 receives from nodes 1-9), isolated nodes 10 and 11."""
     rng = np.random.default_rng(seed)
-    facts = list(zip(*(rng.integers(lo, hi, 20) for lo, hi in ((1, 9), (0, num_rel), (1, 9)))))
+    cols = [rng.integers(lo, hi, 20) for lo, hi in ((1, 9), (0, num_rel), (1, 9))]
+    facts = list(zip(*cols, strict=True))
     facts += [(h, h % num_rel, 0) for h in range(1, 10)]
     facts = sorted({tuple(map(int, f)) for f in facts})
     return graph_from_triples(num_nodes, num_rel, np.array(facts))
@@ -187,7 +188,7 @@ def test_build_cache_fallback_and_failure(tmp_path: Path):
     assert off.stdout.strip() == "reference"
     assert off.stderr.count("pure-torch path") == 1
     bad = tmp_path / "bad-cxx"
-    bad.write_text("#!/bin/sh\necho 'c++ (fake) 1.0'\necho 'fake.cpp:1: error: broken' >&2\nexit 1\n")
+    bad.write_text("#!/bin/sh\necho 'c++ 1'\necho 'fake.cpp:1: error: broken' >&2; exit 1\n")
     bad.chmod(0o755)
     failed = _python(probe, {**env, "CXX": str(bad)})
     assert failed.stdout.strip() == "reference", failed.stderr
