@@ -47,6 +47,13 @@ std::vector<int64_t> balanced(const int64_t* indptr, int64_t n, int64_t parts) {
   return cut;
 }
 
+// Rows gathered this many edges ahead are prefetched (hides the latency of random rows).
+constexpr int64_t kAhead = 4;
+
+inline void prefetch_row(const void* p, int64_t bytes) {
+  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(static_cast<const char*>(p) + o);
+}
+
 int64_t num_parts(int64_t n) {
   return std::max<int64_t>(1, std::min<int64_t>(n, 8 * at::get_num_threads()));
 }
@@ -88,6 +95,7 @@ void forward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Tens
     int32_t* i_mx = ibuf.data();
     int32_t* i_mn = i_mx + bd;
     const acc_t inf = std::numeric_limits<acc_t>::infinity();
+    const int64_t e_end = ip[cut[p1]];
     for (int64_t v = cut[p0]; v < cut[p1]; ++v) {
       std::fill(a_sum, a_sum + 2 * bd, acc_t(0));
       std::fill(a_mx, a_mx + bd, -inf);
@@ -95,6 +103,7 @@ void forward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Tens
       std::fill(i_mx, i_mx + 2 * bd, int32_t(-1));
       int64_t kept = 0;
       for (int64_t e = ip[v]; e < ip[v + 1]; ++e) {
+        if (e + kAhead < e_end) prefetch_row(xp + sp[e + kAhead] * bd, bd * sizeof(scalar_t));
         if (mp != nullptr && !mp[e]) continue;
         ++kept;
         const scalar_t* xs = xp + sp[e] * bd;
@@ -222,6 +231,7 @@ void backward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Ten
     acc_t* u = wf + bd;
     acc_t* gm = u + bd;
     acc_t* gxa = gm + bd;
+    const int64_t j_end = ip[cut[p1]];
     for (int64_t s = cut[p0]; s < cut[p1]; ++s) {
       if (ip[s] == ip[s + 1]) {
         if (gxp) std::fill(gxp + s * bd, gxp + (s + 1) * bd, scalar_t(0));
@@ -230,6 +240,15 @@ void backward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Ten
       for (int64_t i = 0; i < bd; ++i) xf[i] = acc_t(xp[s * bd + i]);
       std::fill(gxa, gxa + bd, acc_t(0));
       for (int64_t j = ip[s]; j < ip[s + 1]; ++j) {
+        if (j + kAhead < j_end) {
+          const int64_t ahead = int64_t(dstp[j + kAhead]) * bd;
+          if (gs) prefetch_row(gs + ahead, bd * sizeof(scalar_t));
+          if (gq) prefetch_row(gq + ahead, bd * sizeof(scalar_t));
+          if (gmx) prefetch_row(gmx + ahead, bd * sizeof(scalar_t));
+          if (gmn) prefetch_row(gmn + ahead, bd * sizeof(scalar_t));
+          if (amx) prefetch_row(amx + ahead, bd * sizeof(int32_t));
+          if (amn) prefetch_row(amn + ahead, bd * sizeof(int32_t));
+        }
         const int64_t e = eid[j];
         if (mp != nullptr && !mp[e]) continue;
         const int64_t v = dstp[j], r = relp[j], o = v * bd;
