@@ -34,6 +34,7 @@ import platform
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -44,8 +45,7 @@ from message_passing import load_graph  # noqa: E402
 from provenance import git_commit, write_atomic  # noqa: E402
 
 from cmpnn_dist.graph import Graph  # noqa: E402
-from cmpnn_dist.ops import available_impls, propagate  # noqa: E402
-from cmpnn_dist.ops import cpu_build  # noqa: E402
+from cmpnn_dist.ops import available_impls, cpu_build, propagate  # noqa: E402
 
 PNA = ("sum", "sumsq", "max", "min")
 CASES = {  # name: (per-query relation table, aggregators, dtype)
@@ -81,11 +81,11 @@ def clocks(fn) -> tuple[float, float]:
 
 def bandwidth(x: torch.Tensor, rows: int, reps: int = 3) -> dict:
     """copy and random-row gather GB/s (CPU-time based, median of ``reps``)."""
-    src = torch.empty(64 << 20, dtype=torch.float32).normal_()  # 256 MiB
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    copy = [src.numel() * 4 / clocks(lambda: dst.copy_(src))[0] / 1e9 for _ in range(reps)]
-    del src, dst
+    a = torch.empty(64 << 20, dtype=torch.float32).normal_()  # 256 MiB
+    b = torch.empty_like(a)
+    b.copy_(a)
+    copy = [a.numel() * 4 / clocks(partial(b.copy_, a))[0] / 1e9 for _ in range(reps)]
+    del a, b
     flat = x.reshape(x.shape[0], -1)
     index = torch.randint(0, x.shape[0], (rows,))
     buf = torch.empty(4096, flat.shape[1], dtype=flat.dtype)

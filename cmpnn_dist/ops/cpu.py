@@ -55,10 +55,10 @@ class _MulPropagate(torch.autograd.Function):
     """(x [N,B,d], w [R2,1|B,d], ew [E,1|B] or None) -> one output per aggregator, degree."""
 
     @staticmethod
-    def forward(ctx, x, w, ew, graph, mask, aggs):  # noqa: ANN001, ANN205
+    def forward(ctx, x, w, ew, graph, mask, aggs, need_arg):  # noqa: ANN001, ANN205
         sum_, sq, mx, mn, amax, amin, degree = torch.ops.cmpnn_cpu.forward(
             x, w, ew, mask, graph.indptr, graph.src, graph.rel,
-            "sum" in aggs, "sumsq" in aggs, "max" in aggs, "min" in aggs,
+            "sum" in aggs, "sumsq" in aggs, "max" in aggs, "min" in aggs, need_arg,
         )  # fmt: skip
         ctx.save_for_backward(x, w, ew, mask, amax, amin)
         ctx.graph, ctx.aggs = graph, aggs
@@ -71,17 +71,17 @@ class _MulPropagate(torch.autograd.Function):
     def backward(ctx, *grads):  # noqa: ANN001, ANN205
         x, w, ew, mask, amax, amin = ctx.saved_tensors
         need_x, need_w, need_ew = ctx.needs_input_grad[:3]
-        none3 = (None, None, None)
+        none4 = (None, None, None, None)  # graph, mask, aggs, need_arg
         g = {a: gr for a, gr in zip(ctx.aggs, grads, strict=False) if gr is not None}
         if not g or not (need_x or need_w or need_ew):
-            return None, None, None, *none3
+            return None, None, None, *none4
         g = {a: t.to(x.dtype).contiguous() for a, t in g.items()}
         gx, gw, gew = torch.ops.cmpnn_cpu.backward(
             x, w, ew, mask, *transposed(ctx.graph),
             g.get("sum"), g.get("sumsq"), g.get("max"), g.get("min"), amax, amin,
             need_x, need_w, need_ew and ew is not None,
         )  # fmt: skip
-        return (gx if need_x else None, gw if need_w else None, gew if need_ew else None, *none3)
+        return (gx if need_x else None, gw if need_w else None, gew if need_ew else None, *none4)
 
 
 def propagate(
@@ -109,7 +109,10 @@ def propagate(
         ew = edge_weight.to(acc)
         ew = ew.unsqueeze(1) if ew.dim() == 1 else ew.transpose(0, 1).contiguous()
     aggs = tuple(dict.fromkeys(aggregators))
-    *outs, degree = _MulPropagate.apply(x.contiguous(), w.contiguous(), ew, graph, edge_mask, aggs)
+    leaves = (x, w) if ew is None else (x, w, ew)  # argmax / argmin only when a backward can run
+    need_arg = torch.is_grad_enabled() and any(t.requires_grad for t in leaves)
+    x, w = x.contiguous(), w.contiguous()
+    *outs, degree = _MulPropagate.apply(x, w, ew, graph, edge_mask, aggs, need_arg)
     return {**dict(zip(aggs, outs, strict=True)), "degree": degree}
 
 
@@ -132,7 +135,7 @@ def self_check() -> str:
     (want_sum.sum() + want_max.sum()).backward()
     want_gx, want_gw = x.grad.clone(), w.grad.clone()
     x.grad = w.grad = None
-    got_sum, got_max, degree = _MulPropagate.apply(x, w, None, graph, None, ("sum", "max"))
+    got_sum, got_max, degree = _MulPropagate.apply(x, w, None, graph, None, ("sum", "max"), True)
     (got_sum.sum() + got_max.sum()).backward()
     checks = {
         "sum": (got_sum, want_sum), "max": (got_max, want_max),

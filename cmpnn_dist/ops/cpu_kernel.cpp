@@ -61,8 +61,8 @@ int64_t num_parts(int64_t n) {
 template <typename scalar_t>
 void forward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Tensor& mask,
                   const Tensor& indptr, const Tensor& src, const Tensor& rel, bool do_sum,
-                  bool do_sq, bool do_max, bool do_min, Tensor& sum, Tensor& sq, Tensor& mx,
-                  Tensor& mn, Tensor& amax, Tensor& amin, Tensor& degree) {
+                  bool do_sq, bool do_max, bool do_min, bool need_arg, Tensor& sum, Tensor& sq,
+                  Tensor& mx, Tensor& mn, Tensor& amax, Tensor& amin, Tensor& degree) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t n = x.size(0), nb = x.size(1), d = x.size(2), bd = nb * d;
   const int64_t wb = w.size(1), ewb = ew.defined() ? ew.size(1) : 0;
@@ -77,8 +77,8 @@ void forward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Tens
   scalar_t* sq_p = do_sq ? sq.data_ptr<scalar_t>() : nullptr;
   scalar_t* mx_p = do_max ? mx.data_ptr<scalar_t>() : nullptr;
   scalar_t* mn_p = do_min ? mn.data_ptr<scalar_t>() : nullptr;
-  int32_t* amax_p = do_max ? amax.data_ptr<int32_t>() : nullptr;
-  int32_t* amin_p = do_min ? amin.data_ptr<int32_t>() : nullptr;
+  int32_t* amax_p = do_max && need_arg ? amax.data_ptr<int32_t>() : nullptr;
+  int32_t* amin_p = do_min && need_arg ? amin.data_ptr<int32_t>() : nullptr;
   scalar_t* deg_p = degree.data_ptr<scalar_t>();
   const auto cut = balanced(ip, n, num_parts(n));
   const int64_t parts = static_cast<int64_t>(cut.size()) - 1;
@@ -151,23 +151,23 @@ void forward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Tens
         for (int64_t i = 0; i < bd; ++i) sq_p[o + i] = scalar_t(a_sq[i]);
       if (do_max) {
         for (int64_t i = 0; i < bd; ++i) mx_p[o + i] = scalar_t(kept ? a_mx[i] : acc_t(0));
-        std::copy(i_mx, i_mx + bd, amax_p + o);
+        if (amax_p) std::copy(i_mx, i_mx + bd, amax_p + o);
       }
       if (do_min) {
         for (int64_t i = 0; i < bd; ++i) mn_p[o + i] = scalar_t(kept ? a_mn[i] : acc_t(0));
-        std::copy(i_mn, i_mn + bd, amin_p + o);
+        if (amin_p) std::copy(i_mn, i_mn + bd, amin_p + o);
       }
     }
   });
 }
 
 // Returns (sum, sumsq, max, min, argmax int32, argmin int32, degree); outputs not asked for
-// are empty tensors.  x [N, B, d], w [R2, 1 or B, d] (x's dtype), ew [E, 1 or B] opmath or
+// are empty tensors (argmax / argmin too unless need_arg: only the backward reads them).  x [N, B, d], w [R2, 1 or B, d] (x's dtype), ew [E, 1 or B] opmath or
 // undefined, mask bool [E] or undefined, indptr [N+1], src / rel [E] int64 (CSR order).
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> forward(
     const Tensor& x, const Tensor& w, const std::optional<Tensor>& ew,
     const std::optional<Tensor>& mask, const Tensor& indptr, const Tensor& src,
-    const Tensor& rel, bool do_sum, bool do_sq, bool do_max, bool do_min) {
+    const Tensor& rel, bool do_sum, bool do_sq, bool do_max, bool do_min, bool need_arg) {
   TORCH_CHECK(x.dim() == 3 && x.is_contiguous() && w.dim() == 3 && w.is_contiguous());
   TORCH_CHECK(w.scalar_type() == x.scalar_type() && w.size(2) == x.size(2));
   TORCH_CHECK(w.size(1) == 1 || w.size(1) == x.size(1));
@@ -181,12 +181,12 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> forward(
   Tensor mx = do_max ? at::empty_like(x) : empty;
   Tensor mn = do_min ? at::empty_like(x) : empty;
   auto iopt = x.options().dtype(at::kInt);
-  Tensor amax = do_max ? at::empty(x.sizes(), iopt) : at::empty({0}, iopt);
-  Tensor amin = do_min ? at::empty(x.sizes(), iopt) : at::empty({0}, iopt);
+  Tensor amax = do_max && need_arg ? at::empty(x.sizes(), iopt) : at::empty({0}, iopt);
+  Tensor amin = do_min && need_arg ? at::empty(x.sizes(), iopt) : at::empty({0}, iopt);
   Tensor degree = at::empty({x.size(0)}, x.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "cmpnn_fwd", [&] {
-    forward_impl<scalar_t>(x, w, ewt, mt, indptr, src, rel, do_sum, do_sq, do_max, do_min, sum,
-                           sq, mx, mn, amax, amin, degree);
+    forward_impl<scalar_t>(x, w, ewt, mt, indptr, src, rel, do_sum, do_sq, do_max, do_min,
+                           need_arg, sum, sq, mx, mn, amax, amin, degree);
   });
   return {sum, sq, mx, mn, amax, amin, degree};
 }
@@ -356,7 +356,7 @@ std::tuple<Tensor, Tensor, Tensor> backward(
 TORCH_LIBRARY(cmpnn_cpu, m) {
   m.def(
       "forward(Tensor x, Tensor w, Tensor? ew, Tensor? mask, Tensor indptr, Tensor src, "
-      "Tensor rel, bool do_sum, bool do_sq, bool do_max, bool do_min) -> "
+      "Tensor rel, bool do_sum, bool do_sq, bool do_max, bool do_min, bool need_arg) -> "
       "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def(
       "backward(Tensor x, Tensor w, Tensor? ew, Tensor? mask, Tensor t_indptr, Tensor t_eid, "
