@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(HERE / "results"))
     args = ap.parse_args(argv)
     impls = ["cpu", "reference"] if "cpu" in available_impls() else ["reference"]
-    load_before = uptime()
+    load_before, commit = uptime(), git_commit("--short", mark_dirty=True)  # the code that runs
     full = load_graph(Path(args.graph_cache))
     graphs = {"tenth": tenth(full), "full": full}
     settings = []
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(rows[-1]), flush=True)
             settings.append({"scale": scale, "threads": threads, "floor": floor, "rows": rows})
     result = {
-        "commit": git_commit("--short", mark_dirty=True),
+        "commit": commit,
         "machine": f"{platform.node()} {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} CPUs",
         "torch": torch.__version__,

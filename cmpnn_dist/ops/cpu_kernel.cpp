@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <mutex>
 #include <tuple>
 #include <vector>
 
@@ -173,6 +174,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> forward(
   TORCH_CHECK(w.size(1) == 1 || w.size(1) == x.size(1));
   TORCH_CHECK(indptr.size(0) == x.size(0) + 1 && src.size(0) == rel.size(0));
   TORCH_CHECK(src.size(0) < std::numeric_limits<int32_t>::max());
+  TORCH_CHECK(indptr.scalar_type() == at::kLong && src.scalar_type() == at::kLong &&
+              rel.scalar_type() == at::kLong);
   const Tensor ewt = ew.has_value() ? ew->contiguous() : Tensor();
   const Tensor mt = mask.has_value() ? mask->contiguous() : Tensor();
   auto empty = at::empty({0}, x.options());
@@ -185,7 +188,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> forward(
   Tensor amin = do_min && need_arg ? at::empty(x.sizes(), iopt) : at::empty({0}, iopt);
   Tensor degree = at::empty({x.size(0)}, x.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "cmpnn_fwd", [&] {
-    forward_impl<scalar_t>(x, w, ewt, mt, indptr, src, rel, do_sum, do_sq, do_max, do_min,
+    forward_impl<scalar_t>(x, w, ewt, mt, indptr.contiguous(), src.contiguous(),
+                           rel.contiguous(), do_sum, do_sq, do_max, do_min,
                            need_arg, sum, sq, mx, mn, amax, amin, degree);
   });
   return {sum, sq, mx, mn, amax, amin, degree};
@@ -220,11 +224,13 @@ void backward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Ten
   const auto cut = balanced(ip, n, num_parts(n));
   const int64_t parts = static_cast<int64_t>(cut.size()) - 1;
   const int64_t wsize = r2 * wb * d;
-  const int nthreads = at::get_num_threads();
-  std::vector<acc_t> gw_acc(gw.defined() ? static_cast<size_t>(nthreads) * wsize : 0, acc_t(0));
+  std::vector<acc_t> gw_acc(gw.defined() ? wsize : 0, acc_t(0));
+  std::mutex gw_lock;
 
   at::parallel_for(0, parts, 1, [&](int64_t p0, int64_t p1) {
-    acc_t* gwt = gw.defined() ? gw_acc.data() + at::get_thread_num() * wsize : nullptr;
+    // d w: one private table per call (one call per thread), added up under a lock at the end
+    std::vector<acc_t> gw_own(gw.defined() ? wsize : 0, acc_t(0));
+    acc_t* gwt = gw.defined() ? gw_own.data() : nullptr;
     std::vector<acc_t> buf(5 * bd);
     acc_t* xf = buf.data();
     acc_t* wf = xf + bd;  // w[r] broadcast to [B, d]
@@ -311,14 +317,14 @@ void backward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Ten
       if (gxp)
         for (int64_t i = 0; i < bd; ++i) gxp[s * bd + i] = scalar_t(gxa[i]);
     }
+    if (gwt) {
+      std::lock_guard<std::mutex> guard(gw_lock);
+      for (int64_t i = 0; i < wsize; ++i) gw_acc[i] += gwt[i];
+    }
   });
   if (gw.defined()) {
     scalar_t* gwp = gw.data_ptr<scalar_t>();
-    for (int64_t i = 0; i < wsize; ++i) {
-      acc_t t = 0;
-      for (int th = 0; th < nthreads; ++th) t += gw_acc[th * wsize + i];
-      gwp[i] = scalar_t(t);
-    }
+    for (int64_t i = 0; i < wsize; ++i) gwp[i] = scalar_t(gw_acc[i]);
   }
 }
 
@@ -344,8 +350,9 @@ std::tuple<Tensor, Tensor, Tensor> backward(
   Tensor gw = need_w ? at::empty_like(w) : Tensor();
   Tensor gew = need_ew && ewt.defined() ? at::zeros_like(ewt) : Tensor();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "cmpnn_bwd", [&] {
-    backward_impl<scalar_t>(x, w, ewt, mt, t_indptr, t_eid, t_dst, t_rel, gs, gq, gmx, gmn, amax,
-                            amin, gx, gw, gew);
+    backward_impl<scalar_t>(x, w, ewt, mt, t_indptr.contiguous(), t_eid.contiguous(),
+                            t_dst.contiguous(), t_rel.contiguous(), gs, gq, gmx, gmn,
+                            amax.contiguous(), amin.contiguous(), gx, gw, gew);
   });
   auto none = at::empty({0}, x.options());
   return {need_x ? gx : none, need_w ? gw : none, gew.defined() ? gew : none};
