@@ -101,6 +101,22 @@ def test_cpu_threads_hub_and_isolated_nodes(threads):
         torch.testing.assert_close(gg.double(), wg, rtol=1e-4, atol=1e-3)
 
 
+def test_cpu_is_deterministic_with_two_threads():
+    """Same inputs, same thread count: bit-identical outputs and gradients (exact resume)."""
+    graph = _graph()
+    x, rel, ew, mask = _inputs(graph, 4, 16, True, "shared", True, dtype=torch.float32)
+    g = {a: torch.ones_like(x) for a in AGGS}
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        runs = [_run("cpu", graph, x, rel, ew, mask, AGGS, g) for _ in range(5)]
+    finally:
+        torch.set_num_threads(before)
+    for out, grads in runs[1:]:
+        assert all(torch.equal(out[a], runs[0][0][a]) for a in AGGS)
+        assert all(torch.equal(a, b) for a, b in zip(grads, runs[0][1], strict=True))
+
+
 def test_cpu_one_node_and_no_edges():
     one = Graph(1, 2, torch.tensor([0, 1]), torch.tensor([0]), torch.tensor([1]))
     x = torch.randn(1, 2, 3, dtype=torch.float64)

@@ -29,6 +29,7 @@
 #include <limits>
 #include <mutex>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -224,11 +225,12 @@ void backward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Ten
   const auto cut = balanced(ip, n, num_parts(n));
   const int64_t parts = static_cast<int64_t>(cut.size()) - 1;
   const int64_t wsize = r2 * wb * d;
-  std::vector<acc_t> gw_acc(gw.defined() ? wsize : 0, acc_t(0));
+  // d w: one private table per parallel_for call (one call per thread), kept with the call's
+  // first part and added up in part order afterwards (deterministic for a thread count)
+  std::vector<std::pair<int64_t, std::vector<acc_t>>> gw_tables;
   std::mutex gw_lock;
 
   at::parallel_for(0, parts, 1, [&](int64_t p0, int64_t p1) {
-    // d w: one private table per call (one call per thread), added up under a lock at the end
     std::vector<acc_t> gw_own(gw.defined() ? wsize : 0, acc_t(0));
     acc_t* gwt = gw.defined() ? gw_own.data() : nullptr;
     std::vector<acc_t> buf(5 * bd);
@@ -319,12 +321,17 @@ void backward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Ten
     }
     if (gwt) {
       std::lock_guard<std::mutex> guard(gw_lock);
-      for (int64_t i = 0; i < wsize; ++i) gw_acc[i] += gwt[i];
+      gw_tables.emplace_back(p0, std::move(gw_own));
     }
   });
   if (gw.defined()) {
+    std::sort(gw_tables.begin(), gw_tables.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<acc_t> total(wsize, acc_t(0));
+    for (const auto& table : gw_tables)
+      for (int64_t i = 0; i < wsize; ++i) total[i] += table.second[i];
     scalar_t* gwp = gw.data_ptr<scalar_t>();
-    for (int64_t i = 0; i < wsize; ++i) gwp[i] = scalar_t(gw_acc[i]);
+    for (int64_t i = 0; i < wsize; ++i) gwp[i] = scalar_t(total[i]);
   }
 }
 
