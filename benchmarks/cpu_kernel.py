@@ -20,6 +20,7 @@ For each scale and thread count (``torch.set_num_threads``, the same for every s
   computes the gradients of x and of the relation table.
 
     python benchmarks/cpu_kernel.py [--scales tenth,full] [--threads 1,2] [--rounds 3]
+        [--cases msg2_sum_fp32,...] [--impls cpu,reference] [--suffix NAME]
 
 Writes ``benchmarks/results/cpu_kernel[_SUFFIX].json`` and ``.md`` (commit, machine, load
 before and after, ``THP_MEM_ALLOC_ENABLE``).
@@ -204,10 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--dim", type=int, default=32)
     ap.add_argument("--graph-cache", default="/tmp/cmpnn_biokg_scale_csr.npz")
+    ap.add_argument("--impls", default="cpu,reference", help="cpu and / or reference")
     ap.add_argument("--suffix", default="")
     ap.add_argument("--out", default=str(HERE / "results"))
     args = ap.parse_args(argv)
-    impls = ["cpu", "reference"] if "cpu" in available_impls() else ["reference"]
+    impls = [i for i in args.impls.split(",") if i != "cpu" or "cpu" in available_impls()]
     load_before, commit = uptime(), git_commit("--short", mark_dirty=True)  # the code that runs
     full = load_graph(Path(args.graph_cache))
     graphs = {"tenth": tenth(full), "full": full}
