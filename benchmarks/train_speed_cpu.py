@@ -43,8 +43,10 @@ from provenance import git_commit
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
-KIT = REPO.parent / "shared" / "peers" / "nbfnet-pyg"
-DATA = REPO.parent / "shared" / "data"
+# ../shared beside the checkout; CMPNN_SHARED_DIR for a checkout elsewhere (a git worktree)
+SHARED = Path(os.environ.get("CMPNN_SHARED_DIR") or REPO.parent / "shared")
+KIT = SHARED / "peers" / "nbfnet-pyg"
+DATA = SHARED / "data"
 AGGS = ("sum", "pna")
 sys.path.insert(0, str(REPO))  # this checkout's cmpnn_dist, not an installed copy
 
@@ -70,6 +72,7 @@ def child_ours(agg: str, threads: str, n_warm: int, n_timed: int, storage: str) 
             "train.batch_size=64",
             "train.remove_query_edges=candidates",
             f"storage_root={storage}",
+            f"data_root={DATA}",
             "train.progress=false",
         ],
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +36,7 @@ History = Literal["t", "0"]
 Readout = Literal["none", "sum", "relation"]
 Propagation = Literal["dense", "pruned"]
 PruneGate = Literal["straight_through", "sigmoid"]
-OpsImpl = Literal["auto", "reference", "generic", "naive", "fused", "scatter"]
+OpsImpl = Literal["auto", "reference", "generic", "naive", "fused", "scatter", "cpu"]
 EdgeRemoval = Literal["none", "query", "one_hop", "candidates"]
 Device = Literal["auto", "cpu", "cuda"]
 Precision = Literal["fp32", "bf16"]
@@ -400,6 +401,16 @@ def _check_machine(cfg: Config) -> None:
         raise ConfigError(
             "ops.impl=fused needs Triton, which is not installed "
             '(pip install -e ".[gpu]" on a CUDA machine); use ops.impl=auto'
+        )
+    if cfg.ops.impl == "cpu" and wants_cuda:
+        raise ConfigError(
+            "ops.impl=cpu is the compiled CPU kernel; with train.device=cuda or "
+            "cluster.use_gpu=true use ops.impl=auto"
+        )
+    if cfg.ops.impl == "cpu" and shutil.which(os.environ.get("CXX") or "c++") is None:
+        raise ConfigError(
+            "ops.impl=cpu compiles its kernel on first use but finds no C++ compiler "
+            "(c++ or $CXX); install one (e.g. g++) or use ops.impl=auto"
         )
     if cfg.ops.impl == "scatter" and importlib.util.find_spec("torch_scatter") is None:
         raise ConfigError(

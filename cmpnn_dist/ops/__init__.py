@@ -32,12 +32,12 @@ edges with ``edge_mask``.  Weights of exactly 1 give bit for bit the unweighted 
 
 Each aggregator output is float [N, B, d]; a node without a kept in-edge gets 0 everywhere.
 Gradients of ``max`` / ``min`` are shared evenly between the edges that attain the extreme
-(naive, reference, generic, scatter); ``fused`` passes all of it to the first such edge
-(smallest edge id, as ``torch.max(dim)`` picks one index).  Both are subgradients; they differ
+(naive, reference, generic, scatter); ``fused`` and ``cpu`` pass all of it to the first such
+edge (smallest edge id, as ``torch.max(dim)`` picks one index).  Both are subgradients; they differ
 only on exact ties, which random float32 inputs do produce now and then on large graphs.
 bfloat16 / float16 inputs give outputs and gradients of the input dtype; ``reference``,
-``generic`` and ``fused`` accumulate in float32 (``reference`` / ``generic`` compute in float32
-and round once), ``naive`` and ``scatter`` compute in the input dtype.
+``generic``, ``fused`` and ``cpu`` accumulate in float32 (``reference`` / ``generic`` compute
+in float32 and round once), ``naive`` and ``scatter`` compute in the input dtype.
 
 Implementations (``impl=``) and what they cover:
 
@@ -52,8 +52,12 @@ Implementations (``impl=``) and what they cover:
   ``basis`` only, no weights.
 * ``scatter``   -- ``cmpnn_dist.ops.scatter`` (torch-scatter), imported lazily.  Every
   message, weights.
-* ``auto``      -- ``fused`` for CUDA inputs when it imports and covers the call; else
-  ``reference`` when the message is one of its ``FAST_MESSAGES``; else ``generic``.
+* ``cpu``       -- :mod:`cmpnn_dist.ops.cpu`: compiled C++ gather-reduce kernel, built on
+  first use against the installed torch (:mod:`cmpnn_dist.ops.cpu_build`).  ``mul`` only,
+  weights; CPU tensors.
+* ``auto``      -- ``fused`` for CUDA inputs when it imports and covers the call; ``cpu`` for
+  CPU inputs when it builds and covers the call; else ``reference`` when the message is one
+  of its ``FAST_MESSAGES``; else ``generic``.
 
 What each covers is declared in :data:`COVERAGE`.  An explicit impl that does not cover the
 call (``fused`` with ``transe``, or with ``edge_weight``) raises ValueError naming what it
@@ -86,6 +90,7 @@ IMPL_MODULES: dict[str, str] = {
     "generic": "cmpnn_dist.ops.generic",
     "fused": "cmpnn_dist.ops.triton_mp",
     "scatter": "cmpnn_dist.ops.scatter",
+    "cpu": "cmpnn_dist.ops.cpu",  # compiled on first use; absent when that fails (cpu_build)
 }
 ALWAYS = ("naive", "reference", "generic")  # plain torch: always importable
 
@@ -119,6 +124,7 @@ COVERAGE: dict[str, tuple[tuple[str, ...] | None, bool]] = {
     "generic": (None, True),
     "fused": (("mul", "basis"), False),
     "scatter": (None, True),
+    "cpu": (("mul",), True),
 }
 
 
@@ -141,7 +147,8 @@ def resolve_impl(
     """Map ``impl`` (``auto`` included) to a concrete implementation name.
 
     ``auto``: ``fused`` for CUDA ``x`` when Triton imports and covers ``message`` unweighted;
-    else ``reference`` for its fast messages (``mul``, ``basis``); else ``generic``.
+    ``cpu`` for CPU ``x`` and ``mul`` when the compiled kernel builds and loads; else
+    ``reference`` for its fast messages (``mul``, ``basis``); else ``generic``.
 
     Raises:
         ValueError: unknown name, a known one whose module does not import, or one that does
@@ -151,6 +158,9 @@ def resolve_impl(
         if x is not None and x.is_cuda and covers("fused", message, weighted):
             if _load("fused") is not None:
                 return "fused"
+        if x is not None and x.device.type == "cpu" and covers("cpu", message, weighted):
+            if _load("cpu") is not None:
+                return "cpu"
         if isinstance(message, str) and message in _reference_fast():
             return "reference"
         return "generic"
@@ -255,7 +265,8 @@ def propagate(
         edge_mask: optional bool [E] keep-mask (False = edge removed), shared by the batch.
         edge_weight: optional float [E] (shared) or [B, E] (per query): each kept message is
             multiplied by its weight before the reduction; differentiable.  Not with ``fused``.
-        impl: ``auto`` | ``naive`` | ``reference`` | ``generic`` | ``fused`` | ``scatter``.
+        impl: ``auto`` | ``naive`` | ``reference`` | ``generic`` | ``fused`` | ``scatter`` |
+            ``cpu``.
         chunk_elements: at most this many message entries (edges x B x d) per block.
 
     Returns:

@@ -1,0 +1,385 @@
+// CPU message passing for message="mul": gather-reduce forward over the destination CSR,
+// gather-reduce backward over a source-sorted (transposed) copy.  No per-edge scratch in
+// memory: each edge's message lives in a B*d buffer that stays in L1.
+//
+//   m_e[b, k] = x[src_e, b, k] * w[rel_e, b or 0, k] * ew[e, b or 0]     (ew optional)
+//   sum[v] = sum_e m_e   sumsq[v] = sum_e m_e^2   max[v] / min[v] with the edge id attaining
+//   it (the first in CSR order: smallest edge id), degree[v] = #kept in-edges.
+//
+// Backward, for each source s and each kept out-edge e = (s -> v, rel r):
+//   gm = g_sum[v] + 2 m_e g_sumsq[v] + [argmax[v] == e] g_max[v] + [argmin[v] == e] g_min[v]
+//   d ew[e] = <gm, u_e> (u_e = x[s] * w[r]),  gu = ew[e] gm,
+//   d x[s] += gu * w[r] (reduced in registers, written once),  d w[r] += gu * x[s] (per thread).
+//
+// Compute is in opmath (float32 for bfloat16 / float16 / float32, float64 for float64).
+// Parallel over balanced row ranges with at::parallel_for (torch's OpenMP pool).
+// Registered as torch.ops.cmpnn_cpu.{forward,backward}; no Python headers needed.
+
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros_like.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <mutex>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using at::Tensor;
+
+// Split rows [0, n) into `parts` ranges of about equal edge counts (indptr is the CSR).
+std::vector<int64_t> balanced(const int64_t* indptr, int64_t n, int64_t parts) {
+  std::vector<int64_t> cut(parts + 1, n);
+  cut[0] = 0;
+  const int64_t total = indptr[n];
+  for (int64_t p = 1; p < parts; ++p) {
+    const int64_t target = total / parts * p + (total % parts) * p / parts;
+    cut[p] = std::lower_bound(indptr, indptr + n + 1, target) - indptr;
+    cut[p] = std::max(cut[p - 1], std::min(cut[p], n));
+  }
+  return cut;
+}
+
+// Rows gathered this many edges ahead are prefetched (hides the latency of random rows).
+constexpr int64_t kAhead = 4;
+
+inline void prefetch_row(const void* p, int64_t bytes) {
+  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(static_cast<const char*>(p) + o);
+}
+
+int64_t num_parts(int64_t n) {
+  return std::max<int64_t>(1, std::min<int64_t>(n, 8 * at::get_num_threads()));
+}
+
+template <typename scalar_t>
+void forward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Tensor& mask,
+                  const Tensor& indptr, const Tensor& src, const Tensor& rel, bool do_sum,
+                  bool do_sq, bool do_max, bool do_min, bool need_arg, Tensor& sum, Tensor& sq,
+                  Tensor& mx, Tensor& mn, Tensor& amax, Tensor& amin, Tensor& degree) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t n = x.size(0), nb = x.size(1), d = x.size(2), bd = nb * d;
+  const int64_t wb = w.size(1), ewb = ew.defined() ? ew.size(1) : 0;
+  const scalar_t* xp = x.const_data_ptr<scalar_t>();
+  const scalar_t* wp = w.const_data_ptr<scalar_t>();
+  const acc_t* ewp = ew.defined() ? ew.const_data_ptr<acc_t>() : nullptr;
+  const bool* mp = mask.defined() ? mask.const_data_ptr<bool>() : nullptr;
+  const int64_t* ip = indptr.const_data_ptr<int64_t>();
+  const int64_t* sp = src.const_data_ptr<int64_t>();
+  const int64_t* rp = rel.const_data_ptr<int64_t>();
+  scalar_t* sum_p = do_sum ? sum.data_ptr<scalar_t>() : nullptr;
+  scalar_t* sq_p = do_sq ? sq.data_ptr<scalar_t>() : nullptr;
+  scalar_t* mx_p = do_max ? mx.data_ptr<scalar_t>() : nullptr;
+  scalar_t* mn_p = do_min ? mn.data_ptr<scalar_t>() : nullptr;
+  int32_t* amax_p = do_max && need_arg ? amax.data_ptr<int32_t>() : nullptr;
+  int32_t* amin_p = do_min && need_arg ? amin.data_ptr<int32_t>() : nullptr;
+  scalar_t* deg_p = degree.data_ptr<scalar_t>();
+  const auto cut = balanced(ip, n, num_parts(n));
+  const int64_t parts = static_cast<int64_t>(cut.size()) - 1;
+
+  at::parallel_for(0, parts, 1, [&](int64_t p0, int64_t p1) {
+    std::vector<acc_t> buf(6 * bd);
+    acc_t* m = buf.data();
+    acc_t* a_sum = m + bd;
+    acc_t* a_sq = a_sum + bd;
+    acc_t* a_mx = a_sq + bd;
+    acc_t* a_mn = a_mx + bd;
+    acc_t* wgt = a_mn + bd;  // per-edge weight of each (b, k): broadcast once per edge
+    std::vector<int32_t> ibuf(2 * bd);
+    int32_t* i_mx = ibuf.data();
+    int32_t* i_mn = i_mx + bd;
+    const acc_t inf = std::numeric_limits<acc_t>::infinity();
+    const int64_t e_end = ip[cut[p1]];
+    for (int64_t v = cut[p0]; v < cut[p1]; ++v) {
+      std::fill(a_sum, a_sum + 2 * bd, acc_t(0));
+      std::fill(a_mx, a_mx + bd, -inf);
+      std::fill(a_mn, a_mn + bd, inf);
+      std::fill(i_mx, i_mx + 2 * bd, int32_t(-1));
+      int64_t kept = 0;
+      for (int64_t e = ip[v]; e < ip[v + 1]; ++e) {
+        if (e + kAhead < e_end) prefetch_row(xp + sp[e + kAhead] * bd, bd * sizeof(scalar_t));
+        if (mp != nullptr && !mp[e]) continue;
+        ++kept;
+        const scalar_t* xs = xp + sp[e] * bd;
+        const scalar_t* wr = wp + rp[e] * wb * d;
+        if (wb == 1) {
+          for (int64_t b = 0; b < nb; ++b)
+            for (int64_t k = 0; k < d; ++k)
+              m[b * d + k] = acc_t(xs[b * d + k]) * acc_t(wr[k]);
+        } else {
+          for (int64_t i = 0; i < bd; ++i) m[i] = acc_t(xs[i]) * acc_t(wr[i]);
+        }
+        if (ewp != nullptr) {
+          const acc_t* we = ewp + e * ewb;
+          if (ewb == 1) {
+            const acc_t c = we[0];
+            for (int64_t i = 0; i < bd; ++i) m[i] *= c;
+          } else {
+            for (int64_t b = 0; b < nb; ++b)
+              for (int64_t k = 0; k < d; ++k) m[b * d + k] *= we[b];
+          }
+        }
+        if (do_sum)
+          for (int64_t i = 0; i < bd; ++i) a_sum[i] += m[i];
+        if (do_sq)
+          for (int64_t i = 0; i < bd; ++i) a_sq[i] += m[i] * m[i];
+        const int32_t e32 = static_cast<int32_t>(e);
+        if (do_max)
+          for (int64_t i = 0; i < bd; ++i) {
+            const bool hit = m[i] > a_mx[i];
+            a_mx[i] = hit ? m[i] : a_mx[i];
+            i_mx[i] = hit ? e32 : i_mx[i];
+          }
+        if (do_min)
+          for (int64_t i = 0; i < bd; ++i) {
+            const bool hit = m[i] < a_mn[i];
+            a_mn[i] = hit ? m[i] : a_mn[i];
+            i_mn[i] = hit ? e32 : i_mn[i];
+          }
+      }
+      const int64_t o = v * bd;
+      deg_p[v] = scalar_t(static_cast<acc_t>(kept));
+      if (do_sum)
+        for (int64_t i = 0; i < bd; ++i) sum_p[o + i] = scalar_t(a_sum[i]);
+      if (do_sq)
+        for (int64_t i = 0; i < bd; ++i) sq_p[o + i] = scalar_t(a_sq[i]);
+      if (do_max) {
+        for (int64_t i = 0; i < bd; ++i) mx_p[o + i] = scalar_t(kept ? a_mx[i] : acc_t(0));
+        if (amax_p) std::copy(i_mx, i_mx + bd, amax_p + o);
+      }
+      if (do_min) {
+        for (int64_t i = 0; i < bd; ++i) mn_p[o + i] = scalar_t(kept ? a_mn[i] : acc_t(0));
+        if (amin_p) std::copy(i_mn, i_mn + bd, amin_p + o);
+      }
+    }
+  });
+}
+
+// Returns (sum, sumsq, max, min, argmax int32, argmin int32, degree); outputs not asked for
+// are empty tensors (argmax / argmin too unless need_arg: only the backward reads them).  x [N, B, d], w [R2, 1 or B, d] (x's dtype), ew [E, 1 or B] opmath or
+// undefined, mask bool [E] or undefined, indptr [N+1], src / rel [E] int64 (CSR order).
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> forward(
+    const Tensor& x, const Tensor& w, const std::optional<Tensor>& ew,
+    const std::optional<Tensor>& mask, const Tensor& indptr, const Tensor& src,
+    const Tensor& rel, bool do_sum, bool do_sq, bool do_max, bool do_min, bool need_arg) {
+  TORCH_CHECK(x.dim() == 3 && x.is_contiguous() && w.dim() == 3 && w.is_contiguous());
+  TORCH_CHECK(w.scalar_type() == x.scalar_type() && w.size(2) == x.size(2));
+  TORCH_CHECK(w.size(1) == 1 || w.size(1) == x.size(1));
+  TORCH_CHECK(indptr.size(0) == x.size(0) + 1 && src.size(0) == rel.size(0));
+  TORCH_CHECK(src.size(0) < std::numeric_limits<int32_t>::max());
+  TORCH_CHECK(indptr.scalar_type() == at::kLong && src.scalar_type() == at::kLong &&
+              rel.scalar_type() == at::kLong);
+  const Tensor ewt = ew.has_value() ? ew->contiguous() : Tensor();
+  const Tensor mt = mask.has_value() ? mask->contiguous() : Tensor();
+  auto empty = at::empty({0}, x.options());
+  Tensor sum = do_sum ? at::empty_like(x) : empty;
+  Tensor sq = do_sq ? at::empty_like(x) : empty;
+  Tensor mx = do_max ? at::empty_like(x) : empty;
+  Tensor mn = do_min ? at::empty_like(x) : empty;
+  auto iopt = x.options().dtype(at::kInt);
+  Tensor amax = do_max && need_arg ? at::empty(x.sizes(), iopt) : at::empty({0}, iopt);
+  Tensor amin = do_min && need_arg ? at::empty(x.sizes(), iopt) : at::empty({0}, iopt);
+  Tensor degree = at::empty({x.size(0)}, x.options());
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "cmpnn_fwd", [&] {
+    forward_impl<scalar_t>(x, w, ewt, mt, indptr.contiguous(), src.contiguous(),
+                           rel.contiguous(), do_sum, do_sq, do_max, do_min,
+                           need_arg, sum, sq, mx, mn, amax, amin, degree);
+  });
+  return {sum, sq, mx, mn, amax, amin, degree};
+}
+
+template <typename scalar_t>
+void backward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Tensor& mask,
+                   const Tensor& t_indptr, const Tensor& t_eid, const Tensor& t_dst,
+                   const Tensor& t_rel, const Tensor& g_sum, const Tensor& g_sq,
+                   const Tensor& g_max, const Tensor& g_min, const Tensor& amax,
+                   const Tensor& amin, Tensor& gx, Tensor& gw, Tensor& gew) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t n = x.size(0), nb = x.size(1), d = x.size(2), bd = nb * d;
+  const int64_t r2 = w.size(0), wb = w.size(1), ewb = ew.defined() ? ew.size(1) : 0;
+  const scalar_t* xp = x.const_data_ptr<scalar_t>();
+  const scalar_t* wp = w.const_data_ptr<scalar_t>();
+  const acc_t* ewp = ew.defined() ? ew.const_data_ptr<acc_t>() : nullptr;
+  const bool* mp = mask.defined() ? mask.const_data_ptr<bool>() : nullptr;
+  const int64_t* ip = t_indptr.const_data_ptr<int64_t>();
+  const int32_t* eid = t_eid.const_data_ptr<int32_t>();
+  const int32_t* dstp = t_dst.const_data_ptr<int32_t>();
+  const int32_t* relp = t_rel.const_data_ptr<int32_t>();
+  const scalar_t* gs = g_sum.defined() ? g_sum.const_data_ptr<scalar_t>() : nullptr;
+  const scalar_t* gq = g_sq.defined() ? g_sq.const_data_ptr<scalar_t>() : nullptr;
+  const scalar_t* gmx = g_max.defined() ? g_max.const_data_ptr<scalar_t>() : nullptr;
+  const scalar_t* gmn = g_min.defined() ? g_min.const_data_ptr<scalar_t>() : nullptr;
+  const int32_t* amx = gmx ? amax.const_data_ptr<int32_t>() : nullptr;
+  const int32_t* amn = gmn ? amin.const_data_ptr<int32_t>() : nullptr;
+  scalar_t* gxp = gx.defined() ? gx.data_ptr<scalar_t>() : nullptr;
+  acc_t* gewp = gew.defined() ? gew.data_ptr<acc_t>() : nullptr;
+  const bool need_u = gq != nullptr || gewp != nullptr;  // the message itself is needed
+  const auto cut = balanced(ip, n, num_parts(n));
+  const int64_t parts = static_cast<int64_t>(cut.size()) - 1;
+  const int64_t wsize = r2 * wb * d;
+  // d w: one private table per parallel_for call (one call per thread), kept with the call's
+  // first part and added up in part order afterwards (deterministic for a thread count)
+  std::vector<std::pair<int64_t, std::vector<acc_t>>> gw_tables;
+  std::mutex gw_lock;
+
+  at::parallel_for(0, parts, 1, [&](int64_t p0, int64_t p1) {
+    std::vector<acc_t> gw_own(gw.defined() ? wsize : 0, acc_t(0));
+    acc_t* gwt = gw.defined() ? gw_own.data() : nullptr;
+    std::vector<acc_t> buf(5 * bd);
+    acc_t* xf = buf.data();
+    acc_t* wf = xf + bd;  // w[r] broadcast to [B, d]
+    acc_t* u = wf + bd;
+    acc_t* gm = u + bd;
+    acc_t* gxa = gm + bd;
+    const int64_t j_end = ip[cut[p1]];
+    for (int64_t s = cut[p0]; s < cut[p1]; ++s) {
+      if (ip[s] == ip[s + 1]) {
+        if (gxp) std::fill(gxp + s * bd, gxp + (s + 1) * bd, scalar_t(0));
+        continue;
+      }
+      for (int64_t i = 0; i < bd; ++i) xf[i] = acc_t(xp[s * bd + i]);
+      std::fill(gxa, gxa + bd, acc_t(0));
+      for (int64_t j = ip[s]; j < ip[s + 1]; ++j) {
+        if (j + kAhead < j_end) {
+          const int64_t ahead = int64_t(dstp[j + kAhead]) * bd;
+          if (gs) prefetch_row(gs + ahead, bd * sizeof(scalar_t));
+          if (gq) prefetch_row(gq + ahead, bd * sizeof(scalar_t));
+          if (gmx) prefetch_row(gmx + ahead, bd * sizeof(scalar_t));
+          if (gmn) prefetch_row(gmn + ahead, bd * sizeof(scalar_t));
+          if (amx) prefetch_row(amx + ahead, bd * sizeof(int32_t));
+          if (amn) prefetch_row(amn + ahead, bd * sizeof(int32_t));
+        }
+        const int64_t e = eid[j];
+        if (mp != nullptr && !mp[e]) continue;
+        const int64_t v = dstp[j], r = relp[j], o = v * bd;
+        const scalar_t* wr = wp + r * wb * d;
+        if (wb == 1) {
+          for (int64_t b = 0; b < nb; ++b)
+            for (int64_t k = 0; k < d; ++k) wf[b * d + k] = acc_t(wr[k]);
+        } else {
+          for (int64_t i = 0; i < bd; ++i) wf[i] = acc_t(wr[i]);
+        }
+        const acc_t* we = ewp ? ewp + e * ewb : nullptr;
+        if (need_u)
+          for (int64_t i = 0; i < bd; ++i) u[i] = xf[i] * wf[i];
+        if (gs)
+          for (int64_t i = 0; i < bd; ++i) gm[i] = acc_t(gs[o + i]);
+        else
+          std::fill(gm, gm + bd, acc_t(0));
+        if (gq) {  // 2 m g_sumsq, m = ew u
+          for (int64_t b = 0; b < nb; ++b) {
+            const acc_t c = 2 * (we ? we[ewb == 1 ? 0 : b] : acc_t(1));
+            for (int64_t k = 0; k < d; ++k) {
+              const int64_t i = b * d + k;
+              gm[i] += c * u[i] * acc_t(gq[o + i]);
+            }
+          }
+        }
+        const int32_t e32 = static_cast<int32_t>(e);
+        if (gmx)
+          for (int64_t i = 0; i < bd; ++i) gm[i] += amx[o + i] == e32 ? acc_t(gmx[o + i]) : 0;
+        if (gmn)
+          for (int64_t i = 0; i < bd; ++i) gm[i] += amn[o + i] == e32 ? acc_t(gmn[o + i]) : 0;
+        if (we) {
+          if (gewp) {
+            for (int64_t b = 0; b < nb; ++b) {
+              acc_t dot = 0;
+              for (int64_t k = 0; k < d; ++k) dot += gm[b * d + k] * u[b * d + k];
+              if (ewb == 1)
+                gewp[e] += dot;
+              else
+                gewp[e * ewb + b] = dot;
+            }
+          }
+          for (int64_t b = 0; b < nb; ++b) {
+            const acc_t c = we[ewb == 1 ? 0 : b];
+            for (int64_t k = 0; k < d; ++k) gm[b * d + k] *= c;
+          }
+        }
+        if (gxp)
+          for (int64_t i = 0; i < bd; ++i) gxa[i] += gm[i] * wf[i];
+        if (gwt) {
+          acc_t* g = gwt + r * wb * d;
+          if (wb == 1) {
+            for (int64_t b = 0; b < nb; ++b)
+              for (int64_t k = 0; k < d; ++k) g[k] += gm[b * d + k] * xf[b * d + k];
+          } else {
+            for (int64_t i = 0; i < bd; ++i) g[i] += gm[i] * xf[i];
+          }
+        }
+      }
+      if (gxp)
+        for (int64_t i = 0; i < bd; ++i) gxp[s * bd + i] = scalar_t(gxa[i]);
+    }
+    if (gwt) {
+      std::lock_guard<std::mutex> guard(gw_lock);
+      gw_tables.emplace_back(p0, std::move(gw_own));
+    }
+  });
+  if (gw.defined()) {
+    std::sort(gw_tables.begin(), gw_tables.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<acc_t> total(wsize, acc_t(0));
+    for (const auto& table : gw_tables)
+      for (int64_t i = 0; i < wsize; ++i) total[i] += table.second[i];
+    scalar_t* gwp = gw.data_ptr<scalar_t>();
+    for (int64_t i = 0; i < wsize; ++i) gwp[i] = scalar_t(total[i]);
+  }
+}
+
+// Returns (grad x, grad w, grad ew [E, 1 or B] opmath); each empty unless asked for.  The
+// transposed graph: t_indptr [N+1] by source, t_eid / t_dst / t_rel int32 [E] in source order.
+std::tuple<Tensor, Tensor, Tensor> backward(
+    const Tensor& x, const Tensor& w, const std::optional<Tensor>& ew,
+    const std::optional<Tensor>& mask, const Tensor& t_indptr, const Tensor& t_eid,
+    const Tensor& t_dst, const Tensor& t_rel, const std::optional<Tensor>& g_sum,
+    const std::optional<Tensor>& g_sq, const std::optional<Tensor>& g_max,
+    const std::optional<Tensor>& g_min, const Tensor& amax, const Tensor& amin, bool need_x,
+    bool need_w, bool need_ew) {
+  TORCH_CHECK(x.dim() == 3 && x.is_contiguous() && w.is_contiguous());
+  TORCH_CHECK(t_indptr.size(0) == x.size(0) + 1);
+  auto opt = [](const std::optional<Tensor>& t) {
+    return t.has_value() ? t->contiguous() : Tensor();
+  };
+  const Tensor ewt = opt(ew), mt = opt(mask);
+  const Tensor gs = opt(g_sum), gq = opt(g_sq), gmx = opt(g_max), gmn = opt(g_min);
+  for (const Tensor* g : {&gs, &gq, &gmx, &gmn})
+    TORCH_CHECK(!g->defined() || (g->sizes() == x.sizes() && g->scalar_type() == x.scalar_type()));
+  Tensor gx = need_x ? at::empty_like(x) : Tensor();
+  Tensor gw = need_w ? at::empty_like(w) : Tensor();
+  Tensor gew = need_ew && ewt.defined() ? at::zeros_like(ewt) : Tensor();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "cmpnn_bwd", [&] {
+    backward_impl<scalar_t>(x, w, ewt, mt, t_indptr.contiguous(), t_eid.contiguous(),
+                            t_dst.contiguous(), t_rel.contiguous(), gs, gq, gmx, gmn,
+                            amax.contiguous(), amin.contiguous(), gx, gw, gew);
+  });
+  auto none = at::empty({0}, x.options());
+  return {need_x ? gx : none, need_w ? gw : none, gew.defined() ? gew : none};
+}
+
+}  // namespace
+
+TORCH_LIBRARY(cmpnn_cpu, m) {
+  m.def(
+      "forward(Tensor x, Tensor w, Tensor? ew, Tensor? mask, Tensor indptr, Tensor src, "
+      "Tensor rel, bool do_sum, bool do_sq, bool do_max, bool do_min, bool need_arg) -> "
+      "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
+  m.def(
+      "backward(Tensor x, Tensor w, Tensor? ew, Tensor? mask, Tensor t_indptr, Tensor t_eid, "
+      "Tensor t_dst, Tensor t_rel, Tensor? g_sum, Tensor? g_sq, Tensor? g_max, Tensor? g_min, "
+      "Tensor amax, Tensor amin, bool need_x, bool need_w, bool need_ew) -> "
+      "(Tensor, Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(cmpnn_cpu, CPU, m) {
+  m.impl("forward", &forward);
+  m.impl("backward", &backward);
+}
