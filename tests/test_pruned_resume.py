@@ -11,7 +11,7 @@ from pathlib import Path
 
 from test_training import _assert_same_weights, _train_rows, rule_kg, small_cfg
 
-from cmpnn_dist.training.checkpoint import find_latest_valid
+from cmpnn_dist.training.checkpoint_store import CheckpointStore
 from cmpnn_dist.training.loop import fit
 
 
@@ -44,7 +44,8 @@ def test_pruned_run_sigkilled_resumes_bit_identical(tmp_path):
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
-    assert find_latest_valid(run / "checkpoints").name == "step_00000010"
+    found = CheckpointStore(run).find_latest()
+    assert found is not None and found.path.name == "step_00000010"
     res = fit(pruned_cfg(), data, run_dir=run)
     assert res.resumed_from_step == 10
     _assert_same_weights(ref.final_state, res.final_state)
