@@ -11,6 +11,8 @@ Each rule is also checked against a hand-made graph that breaks it, so the check
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import _imports as imp
 import pytest
@@ -77,3 +79,27 @@ def test_design_doc_lists_the_layers_in_this_order():
 @pytest.mark.parametrize("name", ["cmpnn_dist.predict.__main__", "cmpnn_dist.cli"])
 def test_entry_points_sit_above_every_layer(name):
     assert imp.is_entry_point(name) and imp.layer(name) == len(imp.LAYERS)
+
+
+def test_validate_runs_without_the_model_and_the_cli_still_applies_message_rules():
+    """``config.validate`` imports no model code (the schema knows no registry); the message
+    registry's own rule (rotate needs an even hidden_dim) still reaches the CLI, registered."""
+    code = (
+        "import sys\n"
+        "from cmpnn_dist.config import Config, validate\n"
+        "cfg = Config(); cfg.model.message = 'rotate'; cfg.model.hidden_dim = 31\n"
+        "validate(cfg)  # no registry loaded: only the schema's own checks\n"
+        "assert not [m for m in sys.modules if m.startswith('cmpnn_dist.model')], 'model'\n"
+        "assert 'torch' not in sys.modules, 'torch'\n"
+        "from cmpnn_dist.cli import compose_config\n"
+        "from cmpnn_dist.errors import UsageError\n"
+        "try:\n"
+        "    compose_config('default', ['model.message=rotate', 'model.hidden_dim=31'])\n"
+        "except UsageError as exc:\n"
+        "    print(exc)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=imp.ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "model.message=rotate needs an even model.hidden_dim" in proc.stdout
