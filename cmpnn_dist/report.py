@@ -3,7 +3,8 @@
 ``metrics.csv`` (written by :class:`cmpnn_dist.training.context.LocalContext` and the Ray
 driver) has one row per history entry: ``kind`` = ``train`` (``step, epoch, loss, lr,
 time_s``), ``valid`` (``valid_mrr``, ``valid_hits@k``, ...) or ``test`` (``test_*``); the
-``*_protocol`` / ``*_ties`` columns are text (how the split was ranked), the rest numbers.
+``*_protocol`` / ``*_ties`` / ``*_hits_negatives_rule`` columns are text (how the split was
+ranked: :data:`~cmpnn_dist.evaluation.metrics.RESULT_LABELS`), the rest numbers.
 
 Writes, into ``RUN_DIR/plots/`` (each file written to a temporary name, then renamed):
 
@@ -26,6 +27,7 @@ from typing import Any
 
 from cmpnn_dist.cli import run_cli
 from cmpnn_dist.errors import UsageError
+from cmpnn_dist.evaluation.metrics import RESULT_LABELS
 
 HELP_CONFIG_KEYS = False  # --help: this module's usage, not the training keys
 
@@ -33,7 +35,7 @@ HELP_CONFIG_KEYS = False  # --help: this module's usage, not the training keys
 UNIT_METRICS = ("mrr", "hits@1", "hits@3", "hits@10", "hits@10_50", "accuracy")
 # text columns of metrics.csv: how a split was ranked (``valid_protocol=all``,
 # ``test_ties=pessimistic``); every other column but ``kind`` is a number
-TEXT_SUFFIXES = ("_protocol", "_ties")
+TEXT_SUFFIXES = tuple(f"_{label}" for label in RESULT_LABELS)
 
 
 def read_metrics(path: Path) -> dict[str, list[dict[str, Any]]]:

@@ -23,6 +23,7 @@ from cmpnn_dist.cli import compose_config, run_cli, split_args  # noqa: E402
 from cmpnn_dist.config import Config  # noqa: E402
 from cmpnn_dist.convert.prepare import ensure_dataset  # noqa: E402
 from cmpnn_dist.errors import UsageError  # noqa: E402
+from cmpnn_dist.evaluation.metrics import RESULT_LABELS  # noqa: E402
 
 
 def default_run_name(cfg: Config) -> str:
@@ -100,8 +101,7 @@ def summary_table(out: dict[str, Any]) -> str:
             )
             lines.append(f"  {k:<12}{cells}")
         queries = [f"{s} {int(numeric[s].get('num_queries', 0))}" for s in splits]
-        named = ("protocol", "ties", "hits_negatives_rule")
-        how = {f"{k} {out[s][k]}" for s in splits for k in named if k in out[s]}
+        how = {f"{k} {out[s][k]}" for s in splits for k in RESULT_LABELS if k in out[s]}
         extra = f"; {', '.join(sorted(how))}" if how else ""
         lines.append(f"  rankings: {', '.join(queries)} (both directions{extra})")
     return "\n".join(lines)

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from cmpnn_dist.config import Config
-from cmpnn_dist.convert import build_dataset
+from cmpnn_dist.convert import SOURCES, build_dataset
 from cmpnn_dist.convert.source import BuildSpec, plan
 from cmpnn_dist.errors import UsageError
 from cmpnn_dist.storage import fs
@@ -55,6 +55,8 @@ def ensure_dataset(cfg: Config, progress: bool = True) -> Path:
     rebuild.  See :mod:`cmpnn_dist.convert.source`.
     """
     d = cfg.data
+    if d.source not in SOURCES:  # before anything is printed or built
+        raise UsageError(f"data.source={d.source!r} is unknown; known: {', '.join(SOURCES)}")
     path = dataset_path(cfg)
     wanted = BuildSpec.make(
         d.source,

@@ -65,6 +65,9 @@ def filtered_rank(scores: Tensor, target: Tensor, filter_mask: Tensor) -> tuple[
     return rank.long(), negative.sum(1).long()
 
 
+# the non-numeric entries of a split's results (how it was ranked): text columns in
+# metrics.csv (``valid_protocol``, ``test_hits_negatives_rule``), labels in summaries
+RESULT_LABELS: tuple[str, ...] = ("protocol", "ties", "hits_negatives_rule")
 TIES: tuple[str, ...] = choices(Ties)  # the config's Literals: the one list
 HITS_NEGATIVES_RULES: tuple[str, ...] = choices(HitsNegativesRule)
 

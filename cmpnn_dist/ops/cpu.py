@@ -150,4 +150,4 @@ __all__ = ["propagate", "self_check", "transposed"]
 
 # Build or load the library now (after self_check is defined: the load runs it).  Raises
 # KernelUnavailable, so that the dispatcher treats impl=cpu as absent here.
-cpu_build.load()
+cpu_build.load(self_check)

@@ -31,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -124,16 +125,15 @@ def build(folder: Path) -> float:
     return time.perf_counter() - start
 
 
-def self_test() -> None:
-    """Forward and backward of the loaded kernel on a 3-node graph against plain torch."""
-    from cmpnn_dist.ops.cpu import self_check
-
-    error = self_check()
+def self_test(check: Callable[[], str]) -> None:
+    """Run ``check`` (the kernel module's forward and backward on a 3-node graph against plain
+    torch: an error text, or "" when they agree) on the freshly loaded library."""
+    error = check()
     if error:
         raise KernelUnavailable(f"self-test failed: {error}")
 
 
-def _load_uncached() -> str:
+def _load_uncached(check: Callable[[], str]) -> str:
     if os.environ.get(ENV_SWITCH, "1").strip().lower() in ("0", "false", "no", "off"):
         raise KernelUnavailable(f"turned off by {ENV_SWITCH}=0")
     if shutil.which(_compiler()) is None:
@@ -155,12 +155,13 @@ def _load_uncached() -> str:
             torch.ops.load_library(str(path))
         except Exception as exc:  # noqa: BLE001
             raise KernelUnavailable(f"cannot load {path} ({exc})") from exc
-    self_test()
+    self_test(check)
     return how
 
 
-def load() -> None:
-    """Make ``torch.ops.cmpnn_cpu`` available (build on first use); raises
+def load(check: Callable[[], str]) -> None:
+    """Make ``torch.ops.cmpnn_cpu`` available (build on first use, then ``check`` it: the caller
+    passes its self-check, so this module imports no kernel code); raises
     :class:`KernelUnavailable` (the same reason every time in this process) when it cannot."""
     if "error" in _state:
         raise KernelUnavailable(str(_state["error"]))
@@ -168,7 +169,7 @@ def load() -> None:
         return
     _state["loading"] = True
     try:
-        how = _load_uncached()
+        how = _load_uncached(check)
     except KernelUnavailable as exc:
         _state["error"] = str(exc)
         print(
