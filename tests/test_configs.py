@@ -118,11 +118,61 @@ def test_groups_are_listed_and_not_presets():
     assert not set(available_presets()) & {"basic", "pna", "inductive", "rule_kg"}
 
 
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def _group_values(group: str, option: str) -> dict:
+    """What ``conf/<group>/<option>.yaml`` sets, read with plain YAML (its own ``defaults``
+    first, then its body), as a dict of whole-config sections: the oracle is the file, not the
+    composer under test.  ``data`` files are ``@package _global_``; the others are their
+    group's section."""
+    import yaml
+
+    body = yaml.safe_load((CONF / group / f"{option}.yaml").read_text()) or {}
+    out: dict = {}
+    for entry in body.pop("defaults", []):
+        if entry != "_self_":
+            _deep_update(out, _group_values(group, entry))
+    _deep_update(out, body if group == "data" else {group: body})
+    return out
+
+
+def _deep_update(into: dict, new: dict) -> None:
+    for k, v in new.items():
+        if isinstance(v, dict) and isinstance(into.get(k), dict):
+            _deep_update(into[k], v)
+        else:
+            into[k] = v
+
+
+def _leaves(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        out.update(_leaves(v, key + ".") if isinstance(v, dict) else {key: v})
+    return out
+
+
 @pytest.mark.parametrize("group", ["data", "model", "train"])
 def test_every_group_option_composes(group):
+    """Choosing ``group=option`` on a preset yields every value the option's file sets, except
+    the keys the preset's own body sets after its groups (``_self_`` last)."""
+    import yaml
+
     base = "fb15k237" if group == "model" else "fb237_ind_v1"  # R-MPNNs are transductive
+    own = yaml.safe_load((CONF / f"{base}.yaml").read_text()) or {}
+    own.pop("defaults", None)
+    preset_keys = set(_leaves(own))
     for option in config_groups()[group]:
-        assert isinstance(compose_config(base, [f"{group}={option}"]), Config)
+        cfg = config_to_dict(compose_config(base, [f"{group}={option}", "data_root=/DATA"]))
+        flat = _leaves(cfg)
+        want = {
+            k: (v.replace("${data_root}", "/DATA") if isinstance(v, str) else v)
+            for k, v in _leaves(_group_values(group, option)).items()
+            if k not in preset_keys
+        }
+        assert want, (group, option)
+        assert {k: flat[k] for k in want} == want, (group, option)
 
 
 def test_group_override_swaps_one_block():
