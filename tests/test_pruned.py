@@ -309,3 +309,17 @@ def test_segment_topk_against_a_sort_per_segment():
             items = sorted((i for i in range(m) if seg[i] == b), key=lambda i: (-score[i], i))
             want[items[:k]] = True
         assert torch.equal(segment_topk(score, seg, k, 4), want)
+
+
+@pytest.mark.parametrize("preset", ["biokg", "hetionet"])
+def test_pruned_presets_are_the_paper_presets_plus_pruning(preset):
+    from cmpnn_dist.cli import compose_config
+    from cmpnn_dist.config import config_to_dict
+
+    base = config_to_dict(compose_config(preset, []))
+    pruned = config_to_dict(compose_config(f"{preset}_pruned", []))
+    assert pruned["model"].pop("propagation") == "pruned"
+    assert base["model"].pop("propagation") == "dense"
+    assert 0 < pruned["model"].pop("prune")["node_ratio"] < 0.05
+    base["model"].pop("prune")
+    assert pruned == base
