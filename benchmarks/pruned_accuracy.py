@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -123,6 +124,26 @@ def to_markdown(entries: list[dict]) -> str:
             f"| {e['test']['mrr']:.3f} | {PAPER_HITS.get(e['preset'], float('nan')):.3f} "
             f"| {e['cpu_s']:.0f} | {e['loadavg'][0]:.1f} | {e['commit']} |"
         )
+    groups: dict[tuple, list[dict]] = {}
+    for e in entries:
+        groups.setdefault((e["preset"], e["epochs"], e["ratio"]), []).append(e)
+    multi = {k: v for k, v in groups.items() if len(v) > 1}
+    if multi:
+        lines += [
+            "",
+            "Seeds pooled (mean +- std over seeds):",
+            "",
+            "| split | propagation | epochs | seeds | test hits@10_50 | test MRR |",
+            "|---|---|---|---|---|---|",
+        ]
+        for (preset, epochs, ratio), v in sorted(multi.items()):
+            h = [e["test"]["hits@10_50"] for e in v]
+            m = [e["test"]["mrr"] for e in v]
+            lines.append(
+                f"| {preset} | {ratio} | {epochs} | {', '.join(str(e['seed']) for e in v)} "
+                f"| {statistics.mean(h):.3f} +- {statistics.pstdev(h):.3f} "
+                f"| {statistics.mean(m):.3f} +- {statistics.pstdev(m):.3f} |"
+            )
     lines += ["", "Commands (one per run):", ""]
     lines += [f"- `python {e['command']}`" for e in entries]
     return "\n".join(lines) + "\n"

@@ -292,3 +292,34 @@ def test_every_parameter_gets_a_gradient_for_ddp():
             model(g, h, rels[: len(h)]).sum().backward()
             unused = [n for n, p in model.named_parameters() if p.grad is None]
             assert not unused, (kw, h, unused)
+
+
+def test_segment_topk_against_a_sort_per_segment():
+    from cmpnn_dist.model.pruned_select import segment_topk
+
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(300):
+        m = int(torch.randint(1, 60, (1,), generator=gen))
+        score = torch.randn(m, generator=gen) * torch.randint(0, 3, (m,), generator=gen)
+        score[torch.rand(m, generator=gen) < 0.1] = -0.0  # ties, signed zeros
+        seg = torch.randint(0, 4, (m,), generator=gen)
+        k = int(torch.randint(1, 6, (1,), generator=gen))
+        want = torch.zeros(m, dtype=torch.bool)
+        for b in range(4):
+            items = sorted((i for i in range(m) if seg[i] == b), key=lambda i: (-score[i], i))
+            want[items[:k]] = True
+        assert torch.equal(segment_topk(score, seg, k, 4), want)
+
+
+@pytest.mark.parametrize("preset", ["biokg", "hetionet"])
+def test_pruned_presets_are_the_paper_presets_plus_pruning(preset):
+    from cmpnn_dist.cli import compose_config
+    from cmpnn_dist.config import config_to_dict
+
+    base = config_to_dict(compose_config(preset, []))
+    pruned = config_to_dict(compose_config(f"{preset}_pruned", []))
+    assert pruned["model"].pop("propagation") == "pruned"
+    assert base["model"].pop("propagation") == "dense"
+    assert 0 < pruned["model"].pop("prune")["node_ratio"] < 0.05
+    base["model"].pop("prune")
+    assert pruned == base

@@ -40,6 +40,7 @@ from cmpnn_dist.config import ModelConfig
 from cmpnn_dist.graph import Graph
 from cmpnn_dist.model.pruned_select import (
     out_edges,
+    out_index,
     pack_graph,
     pack_relation,
     segment_topk,
@@ -157,26 +158,33 @@ class PrunedPropagation(nn.Module):
 
     def _select(self, ctx: dict, keys: Tensor, prio: Tensor) -> tuple[Tensor, ...]:
         """Senders and kept edges of one layer: ``(s_keys [S], owner [C], edge [C],
-        e_b [C], r_keys [C])`` (edge c leaves sender ``s_keys[owner[c]]`` of query ``e_b[c]``
-        and enters key ``r_keys[c]``)."""
+        e_b [C], r_keys [C], rel [C])`` (edge c leaves sender ``s_keys[owner[c]]`` of query
+        ``e_b[c]``, enters key ``r_keys[c]``, packed relation ``rel[c]``)."""
         graph, n, batch = ctx["graph"], ctx["n"], ctx["batch"]
         b_of = keys // n
         send = segment_topk(prio, b_of, ctx["k"], batch).nonzero().squeeze(1)
         s_keys = torch.sort(keys[send]).values  # by key: edge ties go to the smaller node id
         s_b = s_keys // n
-        owner, edge = out_edges(graph, s_keys - s_b * n)
+        owner, pos = out_edges(graph, s_keys - s_b * n)
+        _, out_edge, out_dst, out_rel = out_index(graph)
+
+        def take(idx: Tensor, *arrays: Tensor) -> list[Tensor]:
+            return [a.index_select(0, idx) for a in arrays]
+
+        edge = out_edge.index_select(0, pos)
         if ctx["edge_mask"] is not None:
-            kept = ctx["edge_mask"][edge]
-            owner, edge = owner[kept], edge[kept]
-        e_b = s_b[owner]
-        r_keys = e_b * n + graph.dst()[edge]
+            kept = ctx["edge_mask"].index_select(0, edge).nonzero().squeeze(1)
+            owner, pos, edge = take(kept, owner, pos, edge)
+        e_b = s_b.index_select(0, owner)
+        r_keys = e_b * n + out_dst.index_select(0, pos)
         if edge.numel() and bool((torch.bincount(e_b, minlength=batch) > ctx["e"]).any()):
-            rows = ctx["slot"][r_keys].long()
-            known = prio.detach()[rows.clamp(min=0)]
-            r_prio = torch.where(rows >= 0, known, ctx["const"].detach()[e_b])
-            keep = segment_topk(r_prio, e_b, ctx["e"], batch)
-            owner, edge, e_b, r_keys = owner[keep], edge[keep], e_b[keep], r_keys[keep]
-        return s_keys, owner, edge, e_b, r_keys
+            rows = ctx["slot"].index_select(0, r_keys).long()
+            known = prio.detach().index_select(0, rows.clamp(min=0))
+            r_prio = torch.where(rows >= 0, known, ctx["const"].detach().index_select(0, e_b))
+            keep = segment_topk(r_prio, e_b, ctx["e"], batch).nonzero().squeeze(1)
+            owner, pos, edge, e_b, r_keys = take(keep, owner, pos, edge, e_b, r_keys)
+        rel = e_b * graph.num_relations + out_rel.index_select(0, pos)
+        return s_keys, owner, edge, e_b, r_keys, rel
 
     def _layer(
         self, layer: nn.Module, ctx: dict, keys: Tensor, h: Tensor, prio: Tensor
@@ -185,7 +193,7 @@ class PrunedPropagation(nn.Module):
         order of first visit; ``ctx["slot"]`` maps keys to rows)."""
         graph, n, batch, z_q = ctx["graph"], ctx["n"], ctx["batch"], ctx["z_q"]
         slot, pmap, r2 = ctx["slot"], ctx["pmap"], graph.num_relations
-        s_keys, owner, edge, e_b, r_keys = self._select(ctx, keys, prio)
+        s_keys, owner, edge, e_b, r_keys, rel = self._select(ctx, keys, prio)
         mark = torch.zeros(slot.numel(), dtype=torch.bool, device=slot.device)
         mark[s_keys] = True
         mark[r_keys] = True
@@ -194,7 +202,11 @@ class PrunedPropagation(nn.Module):
         pmap[node_keys] = torch.arange(num, device=slot.device, dtype=pmap.dtype)
         s_rows = pmap[s_keys].long()
         packed, order = pack_graph(
-            num, s_rows[owner], pmap[r_keys].long(), e_b * r2 + graph.rel[edge], batch * r2
+            num,
+            s_rows.index_select(0, owner),
+            pmap.index_select(0, r_keys).long(),
+            rel,
+            batch * r2,
         )
         rows = slot[node_keys].long()
         found = rows >= 0

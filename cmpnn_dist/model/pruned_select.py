@@ -40,30 +40,34 @@ def segment_topk(score: Tensor, segment: Tensor, k: int, num_segments: int) -> T
     return keep
 
 
-def out_index(graph: Graph) -> tuple[Tensor, Tensor]:
-    """``(out_ptr int64 [N+1], out_edge int64 [E])``: the edge ids of each source node, in
-    edge-id order (a CSR by source over the destination-sorted graph); cached on ``graph``."""
+def out_index(graph: Graph) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(out_ptr int64 [N+1], out_edge int64 [E], out_dst [E], out_rel [E])``: a CSR by
+    source over the destination-sorted graph (edge ids of each source in edge-id order, and
+    their destinations and relations in that order, so that a sender's out-edges are read
+    from contiguous memory); cached on ``graph``."""
     key = "pruned_out_index"
     if key not in graph._cache:
         order = torch.sort(graph.src, stable=True).indices
         count = torch.bincount(graph.src, minlength=graph.num_nodes)
         ptr = torch.zeros(graph.num_nodes + 1, dtype=torch.long, device=graph.device)
         ptr[1:] = torch.cumsum(count, 0)
-        graph._cache[key] = (ptr, order)
+        graph._cache[key] = (ptr, order, graph.dst()[order], graph.rel[order])
     return graph._cache[key]
 
 
 def out_edges(graph: Graph, nodes: Tensor) -> tuple[Tensor, Tensor]:
     """Every out-edge of each of ``nodes`` (int64 [S]).
 
-    Returns ``(owner int64 [C], edge int64 [C])``: candidate c is edge ``edge[c]`` leaving
-    ``nodes[owner[c]]``; grouped by owner in input order, then by edge id."""
-    ptr, order = out_index(graph)
-    begin, deg = ptr[nodes], ptr[nodes + 1] - ptr[nodes]
+    Returns ``(owner int64 [C], pos int64 [C])``: candidate c leaves ``nodes[owner[c]]``; it
+    is edge ``out_edge[pos[c]]`` of :func:`out_index` (destination ``out_dst[pos[c]]``,
+    relation ``out_rel[pos[c]]``); grouped by owner in input order, then by edge id."""
+    ptr = out_index(graph)[0]
+    begin = ptr.index_select(0, nodes)
+    deg = ptr.index_select(0, nodes + 1) - begin
     owner = torch.repeat_interleave(torch.arange(nodes.numel(), device=nodes.device), deg)
     first = torch.cumsum(deg, 0) - deg
-    slot = torch.arange(owner.numel(), device=nodes.device) - first[owner] + begin[owner]
-    return owner, order[slot]
+    shift = torch.repeat_interleave(begin - first, deg)
+    return owner, torch.arange(owner.numel(), device=nodes.device) + shift
 
 
 def pack_graph(
