@@ -89,7 +89,8 @@ def main() -> int:
                 if len(pair) == 2:
                     table.append({
                         "agg": agg, "threads": threads, "round": rnd,
-                        "kernel_cpu_s": pair[True]["cpu_s"], "reference_cpu_s": pair[False]["cpu_s"],
+                        "kernel_cpu_s": pair[True]["cpu_s"],
+                        "reference_cpu_s": pair[False]["cpu_s"],
                         "ratio": pair[False]["cpu_s"] / pair[True]["cpu_s"],
                         "load": pair[True]["loadavg_before"][0],
                     })  # fmt: skip
