@@ -68,6 +68,7 @@ def main() -> int:
     ap.add_argument("--storage", default="/tmp/cmpnn-speed-storage")
     ap.add_argument("--timeout", type=float, default=900.0)
     ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument("--name", default="train_step_cpu_kernel", help="results file stem")
     args = ap.parse_args()
     commit = git_commit("--short", mark_dirty=True)
     runs = []
@@ -128,8 +129,8 @@ def main() -> int:
                     f"{statistics.median(r['ratio'] for r in rows):.2f}x"
                 )
     out = Path(args.out)
-    write_atomic(out / "train_step_cpu_kernel.json", json.dumps(result, indent=1) + "\n")
-    write_atomic(out / "train_step_cpu_kernel.md", "\n".join(lines) + "\n")
+    write_atomic(out / f"{args.name}.json", json.dumps(result, indent=1) + "\n")
+    write_atomic(out / f"{args.name}.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 
