@@ -38,10 +38,14 @@ import time
 from functools import partial
 from pathlib import Path
 
-import torch
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+from cmpnn_dist.openmp_env import set_openmp_defaults  # noqa: E402
+
+set_openmp_defaults()  # OMP_WAIT_POLICY=PASSIVE before torch loads libgomp, as training does
+
+import torch  # noqa: E402
 from message_passing import load_graph  # noqa: E402
 from provenance import git_commit, write_atomic  # noqa: E402
 
@@ -167,7 +171,9 @@ def to_markdown(result: dict) -> str:
         "",
         f"Commit `{result['commit']}`, {result['machine']}, torch {result['torch']}, "
         f"load (1/5/15 min) before {result['load_before']}, after {result['load_after']}; "
-        f"THP_MEM_ALLOC_ENABLE={result['thp'] or 'unset'}; kernel: {result['kernel']}.",
+        f"THP_MEM_ALLOC_ENABLE={result['thp'] or 'unset'}; "
+        f"OMP_WAIT_POLICY={result.get('omp_wait_policy') or 'unset (libgomp spins)'}; "
+        f"kernel: {result['kernel']}.",
         f"Command: `{result['command']}`.  B={result['batch']}, d={result['dim']}; CPU seconds "
         f"(process time), medians of {result['rounds']} interleaved rounds.  Floor: "
         "E rows gathered at the measured random-gather rate + output rows at the copy rate "
@@ -196,6 +202,27 @@ def to_markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def assemble(log: Path, threads: list[int], note: str) -> dict:
+    """Settings rebuilt from the rows a run printed (``--assemble``: a run stopped before its
+    end).  Rows come in order (scale, threads, case): the k-th row of a case at a scale is
+    ``threads[k]``; the bandwidths are not in the rows (only the floors they gave)."""
+    settings: dict[tuple, dict] = {}
+    seen: dict[tuple, int] = {}
+    for line in log.read_text().splitlines():
+        if not line.startswith("{"):
+            continue
+        row = json.loads(line)
+        scale = "full" if row["edges"] > 5_000_000 else "tenth"
+        k = seen.get((scale, row["case"]), 0)
+        seen[(scale, row["case"])] = k + 1
+        key = (scale, threads[k])
+        nan = float("nan")
+        settings.setdefault(key, {"scale": scale, "threads": threads[k], "rows": [],
+                                  "floor": {"copy_GBps": nan, "gather_GBps": nan}})  # fmt: skip
+        settings[key]["rows"].append(row)
+    return {"settings": list(settings.values()), "note": note}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scales", default="tenth,full")
@@ -208,7 +235,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--impls", default="cpu,reference", help="cpu and / or reference")
     ap.add_argument("--suffix", default="")
     ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument("--assemble", help="a log of a stopped run: write its printed rows")
+    ap.add_argument("--assemble-info", nargs=3, metavar=("COMMIT", "LOAD", "NOTE"))
     args = ap.parse_args(argv)
+    if args.assemble:
+        commit, load, note = args.assemble_info
+        threads = [int(t) for t in args.threads.split(",")]
+        result = {
+            **assemble(Path(args.assemble), threads, note),
+            "commit": commit, "machine": f"{platform.node()} {platform.machine()}, "
+            f"{os.cpu_count()} CPUs", "torch": torch.__version__, "kernel": "see note",
+            "thp": os.environ.get("THP_MEM_ALLOC_ENABLE", ""), "command": note,
+            "batch": args.batch, "dim": args.dim, "rounds": args.rounds,
+            "load_before": load, "load_after": uptime(),
+        }  # fmt: skip
+        stem = "cpu_kernel" + (f"_{args.suffix}" if args.suffix else "")
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        write_atomic(Path(args.out) / f"{stem}.json", json.dumps(result, indent=1) + "\n")
+        write_atomic(Path(args.out) / f"{stem}.md", to_markdown(result))
+        print(to_markdown(result))
+        return 0
     impls = [i for i in args.impls.split(",") if i != "cpu" or "cpu" in available_impls()]
     load_before, commit = uptime(), git_commit("--short", mark_dirty=True)  # the code that runs
     full = load_graph(Path(args.graph_cache))
@@ -232,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
         "kernel": cpu_build.status(),
         "thp": os.environ.get("THP_MEM_ALLOC_ENABLE", ""),
-        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),  # PASSIVE unless set
         "command": "python benchmarks/cpu_kernel.py " + " ".join(argv or sys.argv[1:]),
         "batch": args.batch,
         "dim": args.dim,
