@@ -88,12 +88,9 @@ def _drop_stale_staging(run: Path) -> None:
     """Delete the staging folders of evaluations whose process is gone (killed)."""
     import re
 
-    from cmpnn_dist.training.checkpoint_store import _pid_alive
+    from cmpnn_dist.training.checkpoint_store import drop_dead_folders
 
-    for p in run.iterdir():
-        m = re.match(r"^\.tmp-eval-pid(\d+)-", p.name)
-        if m and p.is_dir() and not _pid_alive(int(m.group(1))):
-            shutil.rmtree(p, ignore_errors=True)
+    drop_dead_folders(run, re.compile(r"^\.tmp-eval-pid(\d+)-"))
 
 
 def _evaluate_into(

@@ -77,7 +77,8 @@ def _download(uri: str, local: Path) -> Path:
 
 
 # ---------------------------------------------------------------------- scratch folders
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this machine."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -85,6 +86,15 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def drop_dead_folders(base: Path, pattern: re.Pattern[str]) -> None:
+    """Delete the folders in ``base`` whose name matches ``pattern`` (group 1: the owner's
+    pid) and whose owner is gone: a process killed with SIGKILL never runs its cleanup."""
+    for p in base.iterdir():
+        m = pattern.match(p.name)
+        if m and p.is_dir() and not pid_alive(int(m.group(1))):
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def scratch_dir(tag: str) -> Path:
@@ -96,10 +106,7 @@ def scratch_dir(tag: str) -> Path:
     """
     base = Path(os.environ.get(ENV_SCRATCH) or tempfile.gettempdir())
     base.mkdir(parents=True, exist_ok=True)
-    for p in base.iterdir():
-        m = _SCRATCH.match(p.name)
-        if m and not _pid_alive(int(m.group(1))):
-            shutil.rmtree(p, ignore_errors=True)
+    drop_dead_folders(base, _SCRATCH)
     return Path(tempfile.mkdtemp(prefix=f"cmpnn-{tag}-pid{os.getpid()}-", dir=base))
 
 

@@ -196,7 +196,7 @@ class RunLock:
         import json
         import socket
 
-        from .checkpoint_store import _pid_alive
+        from .checkpoint_store import pid_alive
 
         for _ in range(3):
             if self._create():
@@ -208,7 +208,7 @@ class RunLock:
                 owner = {}
             host, pid = owner.get("host"), owner.get("pid")
             here = host == socket.gethostname()
-            if here and isinstance(pid, int) and not _pid_alive(pid):
+            if here and isinstance(pid, int) and not pid_alive(pid):
                 say(f"taking over the lock of run folder {self.run} (pid {pid} on {host} is gone)")
                 self._remove()
                 continue
