@@ -39,10 +39,6 @@ def runs_root(storage_root: str | Path) -> str:
     return storage_fs.join(storage_fs.normalize(storage_root), "runs")
 
 
-def default_cache_dir() -> Path:
-    return storage_fs.cache_dir()
-
-
 def localize_dataset(path_or_uri: str | Path, cache_dir: Path | None = None) -> Path:
     """A local folder holding the dataset at ``path_or_uri``.
 
@@ -55,7 +51,7 @@ def localize_dataset(path_or_uri: str | Path, cache_dir: Path | None = None) -> 
     if not storage_fs.is_uri(path_or_uri):  # memory-mapped in place
         return storage_fs.local_path(path_or_uri)
     uri = str(path_or_uri).rstrip("/")
-    cache = (cache_dir or default_cache_dir()) / "datasets"
+    cache = (cache_dir or storage_fs.cache_dir()) / "datasets"
     key = hashlib.sha1(uri.encode()).hexdigest()[:12]
     target = cache / key / uri.rsplit("/", 1)[-1]
     if (target / COMPLETE_MARKER).is_file():
