@@ -35,17 +35,14 @@ from cmpnn_dist.errors import UsageError  # noqa: E402
 def evaluate_checkpoint(path: str | Path, overrides: list[str], weights: str = "best") -> dict:
     import tempfile
 
-    from cmpnn_dist.storage import fs, open_dataset
-    from cmpnn_dist.training.checkpoint import load_checkpoint
+    from cmpnn_dist.storage import fs
     from cmpnn_dist.training.checkpoint_store import CHECKPOINTS_DIR
     from cmpnn_dist.training.data import load_train_data
-    from cmpnn_dist.training.restore import config_from_checkpoint, resolve_checkpoint, run_dir_of
+    from cmpnn_dist.training.restore import load_checkpoint_config, run_dir_of
 
-    ckpt = resolve_checkpoint(path)
-    state = load_checkpoint(ckpt)
-    cfg = config_from_checkpoint(state.get("config", {}), overrides)
+    ckpt, state, cfg = load_checkpoint_config(path, overrides)
     dataset = ensure_dataset(cfg)
-    data = load_train_data(open_dataset(dataset))
+    data = load_train_data(dataset)
     loc = fs.normalize(path)
     if fs.is_file(fs.join(loc, "manifest.json")):
         run_loc = run_dir_of(loc)

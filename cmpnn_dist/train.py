@@ -9,6 +9,7 @@ otherwise training runs in this process.  The last stdout line is one JSON objec
 
 from __future__ import annotations
 
+import copy
 import importlib
 import sys
 import time
@@ -31,12 +32,15 @@ def default_run_name(cfg: Config) -> str:
 
 
 def train(cfg: Config, argv: Sequence[str] = ()) -> dict[str, Any]:
-    """Train according to ``cfg`` and return the summary printed by the CLI."""
+    """Train according to ``cfg`` and return the summary printed by the CLI.
+
+    ``cfg`` itself is left as given: the run works on a copy whose ``run_name`` is filled in
+    (``<data.name>-<time>`` when null) and whose ``storage_root`` is absolute (resolved here,
+    never in a Ray worker's temporary working dir)."""
     from cmpnn_dist.training import run_folder as rf
 
-    if cfg.run_name is None:
-        cfg.run_name = default_run_name(cfg)
-    # one absolute storage root, resolved here (never in a Ray worker's temporary working dir)
+    cfg = copy.deepcopy(cfg)
+    cfg.run_name = cfg.run_name or default_run_name(cfg)
     cfg.storage_root = rf.resolve_storage_root(cfg.storage_root)
     rf.check_storage_root(cfg.storage_root)
     path = ensure_dataset(cfg)  # missing data is one error line, before any run is announced
@@ -49,11 +53,10 @@ def train(cfg: Config, argv: Sequence[str] = ()) -> dict[str, Any]:
 
         return run_distributed(cfg, path)
 
-    from cmpnn_dist.storage import open_dataset
     from cmpnn_dist.training.data import load_train_data
     from cmpnn_dist.training.loop import fit
 
-    data = load_train_data(open_dataset(path))
+    data = load_train_data(path)
     from cmpnn_dist.training.interrupt import TrainingInterrupted
 
     existed = rf.exists(run)

@@ -140,6 +140,7 @@ def walk_train(scratch: Path) -> dict[str, object]:
     from cmpnn_dist.training.trainer import Trainer
 
     def first_step(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+        sys.setprofile(None)  # the walk ends here: the clean-up FirstStep triggers is not in it
         raise FirstStep
 
     Trainer.train_step = first_step

@@ -45,3 +45,25 @@ def test_first_lines_describe_data_and_model(tmp_path, capsys):
         f"(transductive) | model: cmpnn 2 x 8, {params:,} parameters | {steps} steps of 8 "
         "queries on cpu"
     )
+
+
+def test_train_leaves_the_callers_config_as_given(tmp_path, monkeypatch):
+    """``train()`` fills in the run name and an absolute storage root on its own copy: the
+    caller's config still says what the caller set (issue 23)."""
+    import copy
+
+    from _real_run import TINY
+
+    from cmpnn_dist.cli import compose_config
+    from cmpnn_dist.train import train
+
+    monkeypatch.chdir(tmp_path)
+    cfg = compose_config("default", ["storage_root=relative_store", *TINY])
+    assert cfg.run_name is None
+    before = copy.deepcopy(cfg)
+    out = train(cfg)
+    assert cfg == before  # nothing rewritten in place
+    run_dir = tmp_path / "relative_store" / "runs"
+    (made,) = run_dir.iterdir()  # the copy's default name: <data.name>-<time>
+    assert made.name.startswith(f"{cfg.data.name}-")
+    assert out["run_dir"] == str(made)

@@ -45,7 +45,6 @@ class EvalContext:
 
 def eval_worker(config: dict[str, Any]) -> None:
     """Ray Train's ``train_loop_per_worker`` for evaluation."""
-    from cmpnn_dist.storage import open_dataset
     from cmpnn_dist.training.checkpoint import load_checkpoint
     from cmpnn_dist.training.data import load_train_data
     from cmpnn_dist.training.restore import model_from_state
@@ -61,7 +60,7 @@ def eval_worker(config: dict[str, Any]) -> None:
         torch.set_num_threads(max(1, int(cfg.cluster.cpus_per_worker)))
     ctx = EvalContext(device)
     state = load_checkpoint(Path(config["checkpoint"]))
-    data = load_train_data(open_dataset(config["dataset"]))
+    data = load_train_data(config["dataset"])
     model = model_from_state(
         cfg, state, config["weights"], data.num_relations, data.num_nodes, data.inductive
     )

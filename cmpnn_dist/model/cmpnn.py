@@ -20,7 +20,6 @@ from torch import Tensor, nn
 
 from cmpnn_dist.config import History, ModelConfig, OpsConfig, choices
 from cmpnn_dist.graph import Graph
-from cmpnn_dist.model import aggregations, messages
 from cmpnn_dist.model.decoder import Decoder
 from cmpnn_dist.model.init import INIT_KINDS, initial_states
 from cmpnn_dist.model.layer import CMPNNLayer
@@ -30,10 +29,12 @@ HISTORY_KINDS = choices(History)  # the one list: cmpnn_dist.config
 
 
 def check_model_config(cfg: ModelConfig) -> None:
-    """Raise ValueError naming the first invalid ``model.*`` key."""
+    """Raise ValueError naming the first invalid ``model.*`` key.  ``model.aggregate`` and
+    ``model.message`` (with the message function's own rules) are checked where each layer
+    builds them (:func:`cmpnn_dist.model.aggregations.build`,
+    :func:`cmpnn_dist.model.messages.build`), in the same words."""
     checks = [
         ("init", cfg.init, INIT_KINDS),
-        ("aggregate", cfg.aggregate, aggregations.names()),
         ("history", str(cfg.history), HISTORY_KINDS),
         ("readout", cfg.readout, READOUT_KINDS),
     ]
@@ -46,7 +47,6 @@ def check_model_config(cfg: ModelConfig) -> None:
             raise ValueError(f"model.{key}={value!r} must be a positive integer")
     if cfg.num_bases is not None and (not isinstance(cfg.num_bases, int) or cfg.num_bases < 1):
         raise ValueError(f"model.num_bases={cfg.num_bases!r} must be a positive integer or null")
-    messages.resolve(cfg.message).check_config(cfg)  # a registered name or MSG number
 
 
 class CMPNN(nn.Module):

@@ -19,22 +19,11 @@ def load_model(
     ``weights``: ``best`` (by validation MRR, when the checkpoint holds it) or ``last``.
     """
     from cmpnn_dist.storage import open_dataset
-    from cmpnn_dist.training.checkpoint import load_checkpoint
-    from cmpnn_dist.training.restore import (
-        config_from_checkpoint,
-        model_from_state,
-        resolve_checkpoint,
-    )
+    from cmpnn_dist.training.restore import load_checkpoint_config, model_from_state
 
     if weights not in ("best", "last"):
         raise UsageError(f"weights={weights!r}: choose best or last")
-    from cmpnn_dist.storage import fs
-
-    if not fs.exists(path):
-        raise UsageError(f"checkpoint path {path} does not exist")
-    ckpt = resolve_checkpoint(path)
-    state = load_checkpoint(ckpt)
-    cfg = config_from_checkpoint(state.get("config", {}), overrides)
+    ckpt, state, cfg = load_checkpoint_config(path, overrides)
     ds = open_dataset(ensure_dataset(cfg))
     try:
         model = model_from_state(

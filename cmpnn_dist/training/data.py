@@ -15,6 +15,7 @@ during training, and must not reveal validation / test facts to the model.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from os import PathLike
 from typing import Any
 
 import torch
@@ -67,7 +68,12 @@ def _all_facts(gd: Any) -> Tensor:
 
 
 def load_train_data(ds: Any) -> TrainData:
-    """Build :class:`TrainData` from an opened storage ``Dataset`` (see docs/design.md)."""
+    """Build :class:`TrainData` from a dataset folder (``str`` / ``Path``, opened with
+    :func:`cmpnn_dist.storage.open_dataset`) or an opened storage ``Dataset``."""
+    if isinstance(ds, str | PathLike):
+        from cmpnn_dist.storage import open_dataset
+
+        ds = open_dataset(ds)
     g_train = ds.graph_data("train")
     graph = g_train.graph()
     train_facts = _facts(g_train, "train")

@@ -3,6 +3,8 @@
 ``python -m cmpnn_dist.evaluate``, :mod:`cmpnn_dist.predict`, the Ray evaluation workers and
 the trainer's resume all go through here:
 
+* :func:`load_checkpoint_config` -- the three steps below that evaluate and predict take, in one
+  call: checkpoint folder, its state, the run's config with overrides;
 * :func:`resolve_checkpoint` -- a checkpoint folder, or the newest valid one of a run folder;
 * :func:`config_from_checkpoint` -- the run's saved config with overrides on top, validated;
 * :func:`model_from_state` -- the configured model with the checkpoint's best / last weights;
@@ -36,6 +38,8 @@ def resolve_checkpoint(path: str | Path) -> Path:
     from .checkpoint_store import BEST_DIR
 
     loc = fs.normalize(path)
+    if not fs.exists(loc):
+        raise UsageError(f"checkpoint path {path} does not exist")
     parent = loc.rsplit("/", 1)[0]
     if fs.name(loc) == BEST_DIR and fs.name(parent) == CHECKPOINTS_DIR:
         CheckpointStore(parent.rsplit("/", 1)[0]).repair_best()
@@ -51,6 +55,20 @@ def resolve_checkpoint(path: str | Path) -> Path:
             f"no valid checkpoint at {path} (expected a checkpoint, run or checkpoints folder)"
         )
     return found.path
+
+
+def load_checkpoint_config(
+    path: str | Path, overrides: list[str]
+) -> tuple[Path, dict[str, Any], Config]:
+    """``(checkpoint folder, its loaded state, the run's config with overrides)`` for a
+    checkpoint or run folder (:func:`resolve_checkpoint`, then
+    :func:`~cmpnn_dist.training.checkpoint.load_checkpoint`, then
+    :func:`config_from_checkpoint`)."""
+    from .checkpoint import load_checkpoint
+
+    ckpt = resolve_checkpoint(path)
+    state = load_checkpoint(ckpt)
+    return ckpt, state, config_from_checkpoint(state.get("config", {}), overrides)
 
 
 def run_dir_of(ckpt: str | Path) -> str:
