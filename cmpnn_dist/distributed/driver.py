@@ -42,6 +42,7 @@ import json
 import logging
 import math
 import os
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -91,33 +92,61 @@ def check_settings(cfg: Any) -> None:
 
 
 def _init_ray(cfg: Any) -> bool:
-    """Connect to ``cluster.address`` / ``RAY_ADDRESS``, else start a local Ray; True if we did."""
+    """Connect to ``cluster.address`` / ``RAY_ADDRESS``, else start a local Ray; True when this
+    call initialized Ray (the caller shuts it down), False when it was initialized already.
+
+    A cluster that does not answer, or a local start that fails (a start-up timeout on a busy
+    machine, a full /tmp...), is one :class:`DistributedTrainingError` with a hint."""
     import ray
 
     if ray.is_initialized():
         return False
     address = cfg.cluster.address or os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, log_to_driver=True)
-    else:
-        need = cfg.cluster.num_workers * cfg.cluster.cpus_per_worker
-        num_cpus = max(os.cpu_count() or 1, math.ceil(need))
-        # address="local": a new Ray here, never a cluster someone else started on this machine
-        # (a bare ray.init() would join the one named in /tmp/ray/ray_current_cluster)
+        source = "cluster.address" if cfg.cluster.address else "RAY_ADDRESS"
+        _check_reachable(address, source)
         try:
-            ray.init(
-                address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True
-            )
-        except Exception as exc:  # a start-up timeout, a full /tmp...: one line and a hint
+            ray.init(address=address, log_to_driver=True)
+        except Exception as exc:  # noqa: BLE001 - one line, whatever Ray raised
             ray.shutdown()
             raise DistributedTrainingError(
-                f"could not start a local Ray cluster ({type(exc).__name__}: "
-                f"{_first_lines(str(exc), 1) or exc!r}); a busy or small machine may need "
-                "RAY_raylet_start_wait_time_s=120, a full /tmp a RAY_TMPDIR elsewhere, or "
-                "cluster.address= an existing cluster"
+                f"could not connect to the Ray cluster at {source}={address} "
+                f"({type(exc).__name__}: {_first_lines(str(exc), 1) or exc!r})"
             ) from None
-        _start_reaper()
+        return True
+    need = cfg.cluster.num_workers * cfg.cluster.cpus_per_worker
+    num_cpus = max(os.cpu_count() or 1, math.ceil(need))
+    # address="local": a new Ray here, never a cluster someone else started on this machine
+    # (a bare ray.init() would join the one named in /tmp/ray/ray_current_cluster)
+    try:
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
+    except Exception as exc:  # a start-up timeout, a full /tmp...: one line and a hint
+        ray.shutdown()
+        raise DistributedTrainingError(
+            f"could not start a local Ray cluster ({type(exc).__name__}: "
+            f"{_first_lines(str(exc), 1) or exc!r}); a busy or small machine may need "
+            "RAY_gcs_server_port_wait_time_s=120, a full /tmp a RAY_TMPDIR elsewhere, or "
+            "cluster.address= an existing cluster"
+        ) from None
+    _start_reaper()
     return True
+
+
+def _check_reachable(address: str, source: str, timeout_s: float = 10.0) -> None:
+    """A ``host:port`` / ``ray://host:port`` address must accept a TCP connection: Ray itself
+    retries a silent address for many minutes.  Other forms (``auto``...) are left to Ray."""
+    hostport = address.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not host or not port.isdigit() or "/" in hostport:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise DistributedTrainingError(
+            f"{source}={address}: no Ray cluster answers at {host}:{port} "
+            f"({exc.strerror or type(exc).__name__}); start one (ray start --head) or unset "
+            f"{source} to start a local Ray"
+        ) from None
 
 
 def _start_reaper() -> None:
