@@ -26,6 +26,12 @@ Resume:
 The resumed step is announced once by rank 0 ("resuming from step N: <checkpoint>") and
 returned as ``resumed_from_step``.
 
+Ctrl-C / SIGTERM (see ``stop.py``): the workers finish the current step, checkpoint it and
+stop; ``run_distributed`` raises :class:`~cmpnn_dist.training.interrupt.TrainingInterrupted`
+(the CLI's one line with the resume command, exit status 130 / 143), as in-process.  A second
+Ctrl-C stops at once; workers that do not stop within ``cluster.collective_timeout_s`` are
+stopped (:class:`~cmpnn_dist.distributed.stop.WorkersDidNotStop`).
+
 Errors that cannot succeed (see ``worker.py``) end the run after one attempt with
 :class:`FatalTrainingError`; a start that fails and leaves no checkpoint removes the run
 folder it created.
@@ -51,8 +57,10 @@ from cmpnn_dist.errors import UsageError
 from cmpnn_dist.openmp_env import openmp_env
 from cmpnn_dist.training import run_folder as rf
 from cmpnn_dist.training.checkpoint_store import ENV_SCRATCH, CheckpointStore
+from cmpnn_dist.training.interrupt import TrainingInterrupted
 
 from . import faults, remote
+from .stop import WorkersDidNotStop, fit_until_stopped
 from .timing import ENV_TIMING
 from .worker import RESULT_FILE, Outcome, train_worker
 
@@ -253,7 +261,16 @@ def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
             ),
         )
         try:
-            trainer.fit()
+            _, signum = fit_until_stopped(
+                trainer.fit,
+                lambda sig: ray.get(outcome.request_stop.remote(sig)),
+                grace_s=cl.collective_timeout_s,
+            )
+        except WorkersDidNotStop as stuck:
+            newest = CheckpointStore(run_uri).candidates()
+            if newest:
+                stuck.step, stuck.checkpoint = newest[0]
+            raise
         except ray.train.TrainingFailedError as e:
             attempts = "every" if cl.max_failures < 0 else str(cl.max_failures + 1)
             raise DistributedTrainingError(
@@ -265,6 +282,10 @@ def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
         error = ray.get(outcome.get.remote())
         if error is not None:
             raise FatalTrainingError(f"{error} (run {cfg.run_name!r}, not retried)")
+        stopped = ray.get(outcome.interruption.remote()) if signum is not None else None
+        if stopped is not None:  # checkpointed at the step where every rank stopped
+            failed = False
+            raise TrainingInterrupted(*stopped)
         if not remote.exists(result_uri):
             raise DistributedTrainingError(
                 f"training finished but rank 0 left no {result_uri} (see the worker logs)"
