@@ -48,16 +48,21 @@ def train(cfg: Config, argv: Sequence[str] = ()) -> dict[str, Any]:
     lines = rf.banner(run, cfg.storage_root, argv, cfg.run_name)
     for line in lines:
         print(line, file=sys.stderr, flush=True)
+    from cmpnn_dist.training.interrupt import TrainingInterrupted
+
     if cfg.cluster.num_workers > 0:
         from cmpnn_dist.distributed import run_distributed
 
-        return run_distributed(cfg, path)
+        try:
+            return run_distributed(cfg, path)
+        except TrainingInterrupted as exc:  # the workers checkpointed; one line, 130 / 143
+            exc.resume = lines[1].removeprefix("resume with: ")
+            raise
 
     from cmpnn_dist.training.data import load_train_data
     from cmpnn_dist.training.loop import fit
 
     data = load_train_data(path)
-    from cmpnn_dist.training.interrupt import TrainingInterrupted
 
     existed = rf.exists(run)
     lock = rf.lock_run(run, cfg.resume)  # one run per folder (resume=false: moved aside first)

@@ -20,10 +20,17 @@ TensorBoard in the run folder (rank 0, through a ``LocalContext``, which rewrite
 the checkpoint's history on resume).  After each row rank 0 broadcasts one status integer:
 ``0`` go on, ``2`` rank 0 hit an error that cannot succeed on retry (disk full...), so the
 other ranks stop too instead of waiting for a collective timeout (see ``worker.py``).
+
+Ctrl-C / SIGTERM: the driver catches the signal and records it in a small actor (``stops``,
+the driver's :class:`~cmpnn_dist.distributed.worker.Outcome`).  ``stop_signal()``, called by
+the loop after every step on every rank, has rank 0 ask that actor (at most every
+``STOP_POLL_S`` of wall time, so a step costs no round trip) and broadcasts the answer as the
+same status integer (``128 + signal``), so every rank checkpoints and stops at the same step.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import time
@@ -46,6 +53,9 @@ from .timing import StepTimer
 
 logger = logging.getLogger(__name__)
 RESULTS = "results.json"
+STOP_POLL_S = 0.5  # rank 0 asks the driver's actor for a stop request at most this often
+STATUS_FATAL = 2  # rank 0 stopped on an error that cannot succeed on retry
+STATUS_STOP = 128  # 128 + signal: the driver got SIGINT / SIGTERM, every rank stops
 
 
 def _plain(value: Any) -> Any:
@@ -96,6 +106,7 @@ class RayTrainContext:
         find_unused_parameters: bool = False,
         tensorboard: bool = True,
         keep_last: int = 2,
+        stops: Any = None,
     ) -> None:
         tc = ray.train.get_context()
         self.rank = tc.get_world_rank()
@@ -119,6 +130,9 @@ class RayTrainContext:
         self._save_started: float | None = None
         self._restore_started: float | None = None
         self._metrics: LocalContext | None = None
+        self._stops = stops
+        self._next_poll = 0.0
+        self._stop_signal: int | None = None
         # where rank 0 writes metrics.csv, TensorBoard and fit's results.json: the run folder
         # itself on a local / shared filesystem, else scratch (copied up at checkpoints)
         self.run_dir: Path | None = None
@@ -187,7 +201,33 @@ class RayTrainContext:
         """Rank 0, after an error that cannot succeed: release the ranks waiting in report."""
         if self.is_main and self.in_loop:
             self.in_loop = False
-            self._broadcast_status(2)
+            self._broadcast_status(STATUS_FATAL)
+
+    # ------------------------------------------------------------------ stop requests
+    def stop_requests(self) -> contextlib.nullcontext[None]:
+        """Nothing to install: the driver catches SIGINT / SIGTERM (see :meth:`stop_signal`)."""
+        return contextlib.nullcontext()
+
+    def stop_signal(self) -> int | None:
+        """The signal the driver received (every rank: the same answer, at the same step).
+
+        Rank 0 asks the driver's actor at most every ``STOP_POLL_S`` seconds; its answer goes to
+        the other ranks with one broadcast, which also carries a fatal stop of rank 0."""
+        if self._stop_signal is not None:
+            return self._stop_signal
+        status = 0
+        now = time.monotonic()
+        if self.is_main and self._stops is not None and now >= self._next_poll:
+            self._next_poll = now + STOP_POLL_S
+            signum = ray.get(self._stops.stop_signal.remote())
+            status = STATUS_STOP + signum if signum else 0
+        status = self._broadcast_status(status)
+        if status == STATUS_FATAL:
+            self.in_loop = False
+            raise PeerStoppedError("rank 0 stopped on an error that cannot succeed on retry")
+        if status > STATUS_STOP:
+            self._stop_signal = status - STATUS_STOP
+        return self._stop_signal
 
     def say(self, msg: str) -> None:
         # one channel only: Ray Train's workers already echo both logging and stdout, and a
@@ -240,7 +280,7 @@ class RayTrainContext:
             self._metrics.report(row, None)
         if checkpoint_dir is not None and self.is_main:
             self._publish(Path(checkpoint_dir))
-        if self._broadcast_status(0) == 2:
+        if self._broadcast_status(0) == STATUS_FATAL:
             self.in_loop = False
             raise PeerStoppedError("rank 0 stopped on an error that cannot succeed on retry")
 

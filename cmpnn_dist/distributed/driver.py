@@ -26,6 +26,12 @@ Resume:
 The resumed step is announced once by rank 0 ("resuming from step N: <checkpoint>") and
 returned as ``resumed_from_step``.
 
+Ctrl-C / SIGTERM (see ``stop.py``): the workers finish the current step, checkpoint it and
+stop; ``run_distributed`` raises :class:`~cmpnn_dist.training.interrupt.TrainingInterrupted`
+(the CLI's one line with the resume command, exit status 130 / 143), as in-process.  A second
+Ctrl-C stops at once; workers that do not stop within ``cluster.collective_timeout_s`` are
+stopped (:class:`~cmpnn_dist.distributed.stop.WorkersDidNotStop`).
+
 Errors that cannot succeed (see ``worker.py``) end the run after one attempt with
 :class:`FatalTrainingError`; a start that fails and leaves no checkpoint removes the run
 folder it created.
@@ -42,6 +48,7 @@ import json
 import logging
 import math
 import os
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -50,8 +57,10 @@ from cmpnn_dist.errors import UsageError
 from cmpnn_dist.openmp_env import openmp_env
 from cmpnn_dist.training import run_folder as rf
 from cmpnn_dist.training.checkpoint_store import ENV_SCRATCH, CheckpointStore
+from cmpnn_dist.training.interrupt import TrainingInterrupted
 
 from . import faults, remote
+from .stop import WorkersDidNotStop, fit_until_stopped
 from .timing import ENV_TIMING
 from .worker import RESULT_FILE, Outcome, train_worker
 
@@ -91,33 +100,61 @@ def check_settings(cfg: Any) -> None:
 
 
 def _init_ray(cfg: Any) -> bool:
-    """Connect to ``cluster.address`` / ``RAY_ADDRESS``, else start a local Ray; True if we did."""
+    """Connect to ``cluster.address`` / ``RAY_ADDRESS``, else start a local Ray; True when this
+    call initialized Ray (the caller shuts it down), False when it was initialized already.
+
+    A cluster that does not answer, or a local start that fails (a start-up timeout on a busy
+    machine, a full /tmp...), is one :class:`DistributedTrainingError` with a hint."""
     import ray
 
     if ray.is_initialized():
         return False
     address = cfg.cluster.address or os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, log_to_driver=True)
-    else:
-        need = cfg.cluster.num_workers * cfg.cluster.cpus_per_worker
-        num_cpus = max(os.cpu_count() or 1, math.ceil(need))
-        # address="local": a new Ray here, never a cluster someone else started on this machine
-        # (a bare ray.init() would join the one named in /tmp/ray/ray_current_cluster)
+        source = "cluster.address" if cfg.cluster.address else "RAY_ADDRESS"
+        _check_reachable(address, source)
         try:
-            ray.init(
-                address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True
-            )
-        except Exception as exc:  # a start-up timeout, a full /tmp...: one line and a hint
+            ray.init(address=address, log_to_driver=True)
+        except Exception as exc:  # noqa: BLE001 - one line, whatever Ray raised
             ray.shutdown()
             raise DistributedTrainingError(
-                f"could not start a local Ray cluster ({type(exc).__name__}: "
-                f"{_first_lines(str(exc), 1) or exc!r}); a busy or small machine may need "
-                "RAY_raylet_start_wait_time_s=120, a full /tmp a RAY_TMPDIR elsewhere, or "
-                "cluster.address= an existing cluster"
+                f"could not connect to the Ray cluster at {source}={address} "
+                f"({type(exc).__name__}: {_first_lines(str(exc), 1) or exc!r})"
             ) from None
-        _start_reaper()
+        return True
+    need = cfg.cluster.num_workers * cfg.cluster.cpus_per_worker
+    num_cpus = max(os.cpu_count() or 1, math.ceil(need))
+    # address="local": a new Ray here, never a cluster someone else started on this machine
+    # (a bare ray.init() would join the one named in /tmp/ray/ray_current_cluster)
+    try:
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
+    except Exception as exc:  # a start-up timeout, a full /tmp...: one line and a hint
+        ray.shutdown()
+        raise DistributedTrainingError(
+            f"could not start a local Ray cluster ({type(exc).__name__}: "
+            f"{_first_lines(str(exc), 1) or exc!r}); a busy or small machine may need "
+            "RAY_gcs_server_port_wait_time_s=120, a full /tmp a RAY_TMPDIR elsewhere, or "
+            "cluster.address= an existing cluster"
+        ) from None
+    _start_reaper()
     return True
+
+
+def _check_reachable(address: str, source: str, timeout_s: float = 10.0) -> None:
+    """A ``host:port`` / ``ray://host:port`` address must accept a TCP connection: Ray itself
+    retries a silent address for many minutes.  Other forms (``auto``...) are left to Ray."""
+    hostport = address.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not host or not port.isdigit() or "/" in hostport:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise DistributedTrainingError(
+            f"{source}={address}: no Ray cluster answers at {host}:{port} "
+            f"({exc.strerror or type(exc).__name__}); start one (ray start --head) or unset "
+            f"{source} to start a local Ray"
+        ) from None
 
 
 def _start_reaper() -> None:
@@ -224,7 +261,16 @@ def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
             ),
         )
         try:
-            trainer.fit()
+            _, signum = fit_until_stopped(
+                trainer.fit,
+                lambda sig: ray.get(outcome.request_stop.remote(sig)),
+                grace_s=cl.collective_timeout_s,
+            )
+        except WorkersDidNotStop as stuck:
+            newest = CheckpointStore(run_uri).candidates()
+            if newest:
+                stuck.step, stuck.checkpoint = newest[0]
+            raise
         except ray.train.TrainingFailedError as e:
             attempts = "every" if cl.max_failures < 0 else str(cl.max_failures + 1)
             raise DistributedTrainingError(
@@ -236,6 +282,10 @@ def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
         error = ray.get(outcome.get.remote())
         if error is not None:
             raise FatalTrainingError(f"{error} (run {cfg.run_name!r}, not retried)")
+        stopped = ray.get(outcome.interruption.remote()) if signum is not None else None
+        if stopped is not None:  # checkpointed at the step where every rank stopped
+            failed = False
+            raise TrainingInterrupted(*stopped)
         if not remote.exists(result_uri):
             raise DistributedTrainingError(
                 f"training finished but rank 0 left no {result_uri} (see the worker logs)"

@@ -6,7 +6,10 @@ so in a fresh run it is the forward pass of global step ``S``):
 
 * ``kill``  -- ``SIGKILL`` the worker process itself (a preempted / OOM-killed worker);
 * ``stall`` -- sleep forever, so the other ranks wait in the next collective;
-* ``crash`` -- raise :class:`InjectedFault` (an ordinary Python error in the worker).
+* ``crash`` -- raise :class:`InjectedFault` (an ordinary Python error in the worker);
+* ``slow``  -- sleep ``CMPNN_FAULT_SLOW_S`` seconds (default 0.2) in this and every later
+  training forward pass (a slow rank: the others wait for it, results are unchanged; the
+  interrupt tests use it to keep a tiny run going long enough to be signalled).
 
 ``CMPNN_FAULT_DIR=<dir>`` makes each fault fire once per run: the first firing leaves
 ``<dir>/<action>-rank<R>-step<S>.fired`` behind and later attempts skip it, unless the item
@@ -31,7 +34,8 @@ from torch import nn
 
 ENV_FAULT = "CMPNN_FAULT"
 ENV_DIR = "CMPNN_FAULT_DIR"
-_SPEC = re.compile(r"^(kill|stall|crash)@rank(\d+):step(\d+)(:always)?$")
+ENV_SLOW_S = "CMPNN_FAULT_SLOW_S"
+_SPEC = re.compile(r"^(kill|stall|crash|slow)@rank(\d+):step(\d+)(:always)?$")
 
 
 class InjectedFault(RuntimeError):
@@ -58,7 +62,7 @@ def parse_faults(spec: str) -> list[Fault]:
         if not m:
             raise ValueError(
                 f"{ENV_FAULT}: bad item {item!r}; "
-                "expected kill|stall|crash@rank<R>:step<S>[:always]"
+                "expected kill|stall|crash|slow@rank<R>:step<S>[:always]"
             )
         faults.append(Fault(m.group(1), int(m.group(2)), int(m.group(3)), bool(m.group(4))))
     return faults
@@ -66,7 +70,7 @@ def parse_faults(spec: str) -> list[Fault]:
 
 def propagated_env() -> dict[str, str]:
     """The fault variables set in this process (the driver forwards them to the workers)."""
-    return {k: os.environ[k] for k in (ENV_FAULT, ENV_DIR) if k in os.environ}
+    return {k: os.environ[k] for k in (ENV_FAULT, ENV_DIR, ENV_SLOW_S) if k in os.environ}
 
 
 def _fire(fault: Fault, once_dir: Path | None) -> None:
@@ -110,7 +114,9 @@ def install(module: nn.Module, rank: int, evaluation: bool = False) -> None:
             return
         calls[0] += 1
         for fault in faults:
-            if fault.step == calls[0]:
+            if fault.action == "slow" and calls[0] >= fault.step:
+                time.sleep(float(os.environ.get(ENV_SLOW_S, "0.2")))
+            elif fault.step == calls[0]:
                 _fire(fault, once_dir)
 
     module.register_forward_pre_hook(hook)

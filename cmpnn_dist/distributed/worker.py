@@ -8,6 +8,13 @@ storage root) do not go back to Ray, which would restart the worker group up to
 (exit status 2).  Every rank must stop: errors at start (dataset, checkpoint restore) hit
 every rank alike; an error on rank 0 inside the training loop (writing a checkpoint, the
 metrics) releases the other ranks through the status broadcast of ``RayTrainContext.report``.
+
+Ctrl-C / SIGTERM: the driver records the signal in the same :class:`Outcome` actor
+(:meth:`Outcome.request_stop`); the ranks see it through ``RayTrainContext.stop_signal``,
+checkpoint the current step and raise
+:class:`~cmpnn_dist.training.interrupt.TrainingInterrupted`, which the worker turns into a
+normal return (Ray would otherwise retry it) after rank 0 has recorded the step and the
+checkpoint in the actor (:meth:`Outcome.interrupted`) for the driver's one line.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import torch
 
 from cmpnn_dist.storage.errors import StorageError
 from cmpnn_dist.training.checkpoint import CheckpointError, is_fatal_os_error
+from cmpnn_dist.training.interrupt import TrainingInterrupted
 
 from . import faults, remote
 from .context import PeerStoppedError, RayTrainContext
@@ -32,10 +40,13 @@ RESULT_FILE = "results.json"
 
 @ray.remote(num_cpus=0)
 class Outcome:
-    """Driver-side mailbox for the first error a worker found not worth retrying."""
+    """Driver-side mailbox: the first error a worker found not worth retrying, the driver's
+    stop request (a signal number) and where rank 0 stopped on it."""
 
     def __init__(self) -> None:
         self.error: str | None = None
+        self.signum: int | None = None
+        self.stopped: tuple[int, int, str | None] | None = None  # (signal, step, checkpoint)
 
     def fail(self, message: str) -> None:
         if self.error is None:
@@ -43,6 +54,21 @@ class Outcome:
 
     def get(self) -> str | None:
         return self.error
+
+    def request_stop(self, signum: int) -> None:
+        """The driver got ``signum`` (SIGINT / SIGTERM): the workers stop at their next step."""
+        if self.signum is None:
+            self.signum = signum
+
+    def stop_signal(self) -> int | None:
+        return self.signum
+
+    def interrupted(self, signum: int, step: int, checkpoint: str | None) -> None:
+        """Rank 0 checkpointed step ``step`` at ``checkpoint`` and stopped on ``signum``."""
+        self.stopped = (signum, step, checkpoint)
+
+    def interruption(self) -> tuple[int, int, str | None] | None:
+        return self.stopped
 
 
 def is_fatal(exc: BaseException) -> bool:
@@ -95,6 +121,7 @@ def train_worker(config: dict[str, Any]) -> None:
             resume=cfg.resume,
             use_gpu=cfg.cluster.use_gpu,
             keep_last=cfg.checkpoint.keep_last,
+            stops=config.get("outcome"),
         )
         data = load_train_data(open_dataset(remote.localize_dataset(config["dataset"])))
         result = fit(cfg, data, ctx, run_dir=ctx.run_dir)
@@ -102,6 +129,9 @@ def train_worker(config: dict[str, Any]) -> None:
         if ctx.is_main:
             summary = result_summary(result, ctx, run_uri)
             remote.write_text(remote.join(run_uri, RESULT_FILE), json.dumps(summary, indent=1))
+    except TrainingInterrupted as stop:  # the driver's Ctrl-C / SIGTERM: checkpointed, stop
+        if ctx is not None and ctx.is_main and config.get("outcome") is not None:
+            ray.get(config["outcome"].interrupted.remote(stop.signum, stop.step, stop.checkpoint))
     except Exception as exc:
         if config.get("outcome") is None or not is_fatal(exc):
             raise

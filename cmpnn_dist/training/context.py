@@ -19,6 +19,12 @@
   averaged by the wrapper that ``wrap_model`` returns (DDP), not by fit.
 * ``all_gather_rows(t [n_k, c])`` (optional; evaluation looks it up when ``world_size > 1``)
   concatenates every rank's rows in rank order, ``n_k`` may differ between ranks.
+* ``stop_requests()`` is a context manager around the step loop: while it is active a SIGINT /
+  SIGTERM becomes a stop request instead of stopping the process (in-process: this process's
+  signal handlers; a Ray worker: the driver catches the signal and tells the workers).
+* ``stop_signal()`` is called on **every rank** once per step, after the step: the signal
+  number of a pending stop request or None, the **same answer on every rank** (so every rank
+  checkpoints and stops at the same step: see :mod:`~cmpnn_dist.training.interrupt`).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import math
 import os
 import shutil
 import sys
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -38,6 +45,7 @@ from torch import Tensor, nn
 from cmpnn_dist.storage import fs
 
 from .checkpoint_store import CheckpointStore
+from .interrupt import StopRequests
 from .run_folder import is_nonempty_dir, move_aside
 
 logger = logging.getLogger(__name__)
@@ -65,6 +73,10 @@ class TrainContext(Protocol):
     def checkpoint_path(self, step: int) -> Path: ...
 
     def on_resume(self, history: list[dict[str, Any]], step: int) -> None: ...
+
+    def stop_requests(self) -> AbstractContextManager[Any]: ...
+
+    def stop_signal(self) -> int | None: ...
 
     def close(self) -> None: ...
 
@@ -131,6 +143,7 @@ class LocalContext:
         self._columns: list[str] = list(BASE_COLUMNS)
         self._rows: list[dict[str, Any]] = []
         self.moved_aside: str | None = None
+        self._stops: StopRequests | None = None
         if not resume and is_nonempty_dir(self.run_uri):
             self.moved_aside = move_aside(self.run_uri)
             self.say(f"resume=false: moved the existing run folder to {self.moved_aside}")
@@ -156,6 +169,17 @@ class LocalContext:
 
     def checkpoint_path(self, step: int) -> Path:
         return self.store.write_path(step)
+
+    def stop_requests(self) -> StopRequests:
+        """This process's SIGINT / SIGTERM handlers for the step loop (main thread only; a
+        second Ctrl-C raises KeyboardInterrupt): the signal is recorded for
+        :meth:`stop_signal`."""
+        self._stops = StopRequests()
+        return self._stops
+
+    def stop_signal(self) -> int | None:
+        """The signal received since :meth:`stop_requests` was entered, else None."""
+        return None if self._stops is None else self._stops.signum
 
     def latest_checkpoint(self) -> Path | None:
         """The newest valid checkpoint (announced); None starts fresh and clears old logs."""

@@ -2,12 +2,15 @@
 
 :class:`StopRequests` installs handlers for SIGINT (Ctrl-C) and SIGTERM (``kill``, and the
 preemption notice of most clusters) for the duration of a training loop (main thread of the
-main process only; Ray workers keep Ray's handling).  A signal only records the request: the
-loop finishes the current step, writes a checkpoint at that step (the same write and publish
-as a scheduled checkpoint, so ``best`` and pruning follow the usual rules) and raises
-:class:`TrainingInterrupted`, whose one-line message names the step and the checkpoint and
-whose ``exit_status`` is 128 + the signal number (130 for SIGINT, 143 for SIGTERM).  A second
-Ctrl-C while that checkpoint is being written stops at once (Python's KeyboardInterrupt).
+main process only: ``LocalContext.stop_requests``).  Under Ray the driver installs them around
+``TorchTrainer.fit`` and passes the request to the workers, which see it through
+``RayTrainContext.stop_signal`` (``cmpnn_dist/distributed/stop.py``): every rank stops at the
+same step.  A signal only records the request: the loop finishes the current step, writes a
+checkpoint at that step (the same write and publish as a scheduled checkpoint, so ``best``
+and pruning follow the usual rules) and raises :class:`TrainingInterrupted`, whose one-line
+message names the step and the checkpoint and whose ``exit_status`` is 128 + the signal
+number (130 for SIGINT, 143 for SIGTERM).  A second Ctrl-C while that checkpoint is being
+written stops at once (Python's KeyboardInterrupt).
 """
 
 from __future__ import annotations

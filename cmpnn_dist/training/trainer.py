@@ -24,7 +24,7 @@ from .builders import autocast, build_loss, build_lr_scheduler, build_optimizer
 from .checkpoint import load_checkpoint, save_checkpoint
 from .context import TrainContext
 from .data import TrainData
-from .interrupt import StopRequests, TrainingInterrupted
+from .interrupt import TrainingInterrupted
 from .restore import check_resumable
 from .resume_keys import check_resume
 from .rng import capture_rng_state, restore_rng_state
@@ -299,9 +299,8 @@ class Trainer:
         every = cfg.checkpoint.every_steps
         bar = _progress(tc.progress and ctx.is_main, total, self.step)
         t0, recent = time.perf_counter(), []
-        stop = StopRequests() if ctx.world_size == 1 else None  # Ray workers: Ray's handling
-        if stop is not None:
-            stop.__enter__()
+        stops = ctx.stop_requests()  # while active, a SIGINT / SIGTERM asks the loop to stop
+        stops.__enter__()
         try:
             while self.step < total:
                 epoch = self.sampler.epoch
@@ -315,7 +314,8 @@ class Trainer:
                 row = {"kind": "train", "step": self.step, "epoch": epoch, "loss": loss, "lr": lr}
                 row["time_s"] = round(time.perf_counter() - t0, 3)
                 ckpt = None
-                stopping = stop is not None and stop.signum is not None
+                signum = ctx.stop_signal()  # the same answer on every rank
+                stopping = signum is not None
                 due = bool(every and self.step % every == 0) or self._time_due or stopping
                 if due and not epoch_end and self.step < total:
                     self.history.append(row)
@@ -329,7 +329,7 @@ class Trainer:
                     ckpt = self.save()  # holds vrow in its history
                     ctx.report(vrow, ckpt)
                 if stopping and self.step < total:  # this step's checkpoint is published
-                    raise TrainingInterrupted(stop.signum, self.step, _published(ctx, ckpt))
+                    raise TrainingInterrupted(signum, self.step, _published(ctx, ckpt))
                 bar.update(1)
                 if self.step % max(tc.log_every, 1) == 0 or epoch_end:
                     mean = sum(recent) / len(recent)
@@ -340,8 +340,7 @@ class Trainer:
                     self.on_step(self.step)
         finally:
             bar.close()
-            if stop is not None:
-                stop.__exit__(None, None, None)
+            stops.__exit__(None, None, None)
         return self.finish()
 
     def finish(self) -> FitResult:
