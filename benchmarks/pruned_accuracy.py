@@ -114,6 +114,12 @@ def to_markdown(entries: list[dict]) -> str:
         "the full-budget command is the same with the `train.epochs` override removed",
         "- metric: test Hits@10 against 50 negatives (the paper's), full filtered rank MRR; "
         "ties pessimistic (unvisited candidates share one score and rank below their ties)",
+        "- `diff vs dense`: against the dense run of the same seed in this file; the dense "
+        "runs were redone with the (decoder, sigmoid) ones (fb237 seeds 0 / 1 / 2 before: "
+        "0.774 / 0.781 / 0.761, wn18rr 0.921 / 0.922 / 0.914, with the (mlp, "
+        "straight_through) runs' code), so the older rows' diffs mix commits; "
+        "`benchmarks/results/pruned_gap.md` splits the gap by answers within / beyond the "
+        "heads' 6-hop horizon",
         "- machine: 2 CPU cores shared with other jobs, one torch thread per run, runs one "
         "after the other; `cpu s` = the run's process CPU seconds (training + evaluation)",
         "",
