@@ -65,7 +65,7 @@ def check_prune_config(cfg: ModelConfig) -> None:
 
 
 class PrunedPropagation(nn.Module):
-    """The priority MLP and the pruned forward of a :class:`~cmpnn_dist.model.CMPNN`.
+    """The priority and the pruned forward of a :class:`~cmpnn_dist.model.CMPNN`.
 
     ``last_stats``: per layer of the last forward, ``(senders, edges, packed nodes)`` summed
     over the batch (ints).  ``decoder``: the model's decoder (priority=decoder), kept as a
