@@ -31,6 +31,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from provenance import git_commit, write_atomic  # noqa: E402
 
+OLD_VARIANT = "mlp, straight_through"  # entries from before model.prune.priority (their defaults)
 PAPER_HITS = {"fb237_ind_v1": 0.794, "wn18rr_ind_v1": 0.932}  # paper Table 2, basic C-MPNN
 FULL_EPOCHS = 20
 
@@ -55,6 +56,22 @@ def command(preset: str, ratio: str, seed: int, epochs: int, storage: str) -> li
     return cmd
 
 
+def prune_variant() -> str:
+    """``"<priority>, <gate>"``: the defaults of ``model.prune`` the runs were made with."""
+    sys.path.insert(0, str(ROOT))
+    from cmpnn_dist.config import PruneConfig
+
+    p = PruneConfig()
+    return f"{p.priority}, {p.gate}"
+
+
+def variant_of(entry: dict) -> str | None:
+    """The entry's ``(priority, gate)`` label (None for dense)."""
+    if entry["ratio"] == "dense":
+        return None
+    return entry.get("variant") or OLD_VARIANT
+
+
 def run_one(preset: str, ratio: str, seed: int, epochs: int, storage: str) -> dict:
     cmd = command(preset, ratio, seed, epochs, storage)
     t0, c0 = time.perf_counter(), os.times()
@@ -76,6 +93,7 @@ def run_one(preset: str, ratio: str, seed: int, epochs: int, storage: str) -> di
         ),
         "loadavg": [round(x, 2) for x in os.getloadavg()],
         "commit": git_commit("--short=12", mark_dirty=True),
+        "variant": None if ratio == "dense" else prune_variant(),
         "command": " ".join(cmd[1:]),
         "when_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
     }
@@ -87,12 +105,21 @@ def to_markdown(entries: list[dict]) -> str:
         "",
         "- model: the presets' basic C-MPNN (sum, MSG 1, INIT 2, 6 x 32, decoder 64), Adam "
         "5e-3, batch 8, 32 negatives; pruned = `model.propagation=pruned "
-        "model.prune.node_ratio=<r>` (degree_ratio 1, straight-through gate, test ratio = "
-        "train ratio); best epoch by valid MRR",
+        "model.prune.node_ratio=<r>` (degree_ratio 1, test ratio = train ratio) with the "
+        "defaults of its time, shown as `(priority, gate)`: `(decoder, sigmoid)` = A*Net's "
+        "(the priority is the decoder's logit, sigmoid(priority) gates the sent state; the "
+        f"default since model.prune.priority exists), `({OLD_VARIANT})` = the earlier "
+        "default (a separate priority MLP, straight-through gate); best epoch by valid MRR",
         f"- **reduced budget** where `epochs` < {FULL_EPOCHS} (the preset's full budget); "
         "the full-budget command is the same with the `train.epochs` override removed",
         "- metric: test Hits@10 against 50 negatives (the paper's), full filtered rank MRR; "
         "ties pessimistic (unvisited candidates share one score and rank below their ties)",
+        "- `diff vs dense`: against the dense run of the same seed in this file; the dense "
+        "runs were redone with the (decoder, sigmoid) ones (fb237 seeds 0 / 1 / 2 before: "
+        "0.774 / 0.781 / 0.761, wn18rr 0.921 / 0.922 / 0.914, with the (mlp, "
+        "straight_through) runs' code), so the older rows' diffs mix commits; "
+        "`benchmarks/results/pruned_gap.md` splits the gap by answers within / beyond the "
+        "heads' 6-hop horizon",
         "- machine: 2 CPU cores shared with other jobs, one torch thread per run, runs one "
         "after the other; `cpu s` = the run's process CPU seconds (training + evaluation)",
         "",
@@ -118,7 +145,7 @@ def to_markdown(entries: list[dict]) -> str:
         h = e["test"]["hits@10_50"]
         ref = dense.get((e["preset"], e["epochs"], e["seed"]))
         diff = "" if ref is None or e["ratio"] == "dense" else f"{h - ref:+.3f}"
-        prop = "dense" if e["ratio"] == "dense" else f"pruned {e['ratio']}"
+        prop = "dense" if e["ratio"] == "dense" else f"pruned {e['ratio']} ({variant_of(e)})"
         lines.append(
             f"| {e['preset']} | {prop} | {e['epochs']} | {e['seed']} | {h:.3f} | {diff} "
             f"| {e['test']['mrr']:.3f} | {PAPER_HITS.get(e['preset'], float('nan')):.3f} "
@@ -126,7 +153,8 @@ def to_markdown(entries: list[dict]) -> str:
         )
     groups: dict[tuple, list[dict]] = {}
     for e in entries:
-        groups.setdefault((e["preset"], e["epochs"], e["ratio"]), []).append(e)
+        label = e["ratio"] if e["ratio"] == "dense" else f"{e['ratio']} ({variant_of(e)})"
+        groups.setdefault((e["preset"], e["epochs"], label), []).append(e)
     multi = {k: v for k, v in groups.items() if len(v) > 1}
     if multi:
         lines += [
@@ -167,11 +195,11 @@ def main(argv: list[str] | None = None) -> int:
             for seed in args.seeds:
                 for ratio in args.ratios:
                     e = run_one(preset, ratio, seed, args.epochs, args.storage)
-                    key = (preset, ratio, seed, args.epochs)
+                    key = (preset, ratio, seed, args.epochs, variant_of(e))
                     entries = [
                         x
                         for x in entries
-                        if (x["preset"], x["ratio"], x["seed"], x["epochs"]) != key
+                        if (x["preset"], x["ratio"], x["seed"], x["epochs"], variant_of(x)) != key
                     ]
                     entries.append(e)
                     write_atomic(path, json.dumps(entries, indent=1))

@@ -5,6 +5,7 @@ rule for unvisited candidates, and the config's refusals."""
 from __future__ import annotations
 
 import dataclasses
+from copy import deepcopy
 
 import numpy as np
 import pytest
@@ -74,7 +75,13 @@ def design_space() -> list[dict]:
     return out
 
 
-KEEP_ALL = [dict(node_ratio=1.0, degree_ratio=1.0), dict(max_nodes=10**6, degree_ratio=1.5)]
+# the dense model is the limit with the straight-through gate (the sigmoid gate scales the sent
+# states also there), whichever the priority
+EXACT = dict(gate="straight_through")
+KEEP_ALL = [
+    dict(EXACT, node_ratio=1.0, degree_ratio=1.0),
+    dict(EXACT, max_nodes=10**6, degree_ratio=1.5, priority="mlp"),
+]
 
 
 @pytest.mark.parametrize(
@@ -105,7 +112,8 @@ def test_keep_everything_gradients_match_dense():
     """The priority's gradient also reaches h and z_q (as A*Net's); with its output weight
     zeroed that path is 0 and every dense parameter's gradient equals the dense model's."""
     g = graph()
-    pruned, dense = pair(cfg_of(dict(node_ratio=1.0), aggregate="pna", readout="relation"))
+    prune = dict(EXACT, node_ratio=1.0, priority="mlp")
+    pruned, dense = pair(cfg_of(prune, aggregate="pna", readout="relation"))
     with torch.no_grad():
         pruned.pruned.priority[2].weight.zero_()
     heads, rels = QUERIES
@@ -135,7 +143,8 @@ def slow_pruned(model: CMPNN, g, head: int, rel: int, scale: float = 1.0):
         mask = torch.zeros(g.num_edges, dtype=torch.bool)
         mask[cand] = True
         sig = torch.sigmoid(pr.score(h[:, 0], z.expand(n, -1)))
-        x = h * (1 + (sig - sig.detach())).view(n, 1, 1) * scale
+        gate = sig if pr.prune.gate == "sigmoid" else 1 + (sig - sig.detach())
+        x = h * gate.view(n, 1, 1) * scale
         new = layer(g, x, h, z, edge_mask=mask)
         new = new - x + h if layer.shortcut else new  # the shortcut adds the ungated state
         touched = set(senders) | {dst[i] for i in cand}
@@ -148,9 +157,16 @@ def slow_pruned(model: CMPNN, g, head: int, rel: int, scale: float = 1.0):
     return logits, unvisited
 
 
-@pytest.mark.parametrize("prune", [dict(node_ratio=0.15), dict(max_nodes=2, max_edges=3)])
+@pytest.mark.parametrize(
+    "prune",
+    [
+        dict(node_ratio=0.15),  # the defaults: priority = the decoder, sigmoid gate (A*Net)
+        dict(max_nodes=2, max_edges=3),
+        dict(node_ratio=0.15, priority="mlp", gate="straight_through"),
+    ],
+)
 def test_pruned_matches_a_slow_per_query_reference(prune):
-    """Sum aggregation, no readout (the layer on the masked full graph equals the layer on the
+    """Mean aggregation, no readout (the layer on the masked full graph equals the layer on the
     subgraph for the touched nodes: degrees are those of the kept edges)."""
     g = graph(seed=1, num_nodes=20, num_facts=60)
     model = pair(cfg_of(prune, aggregate="mean", layer_norm=False), seed=3)[0].eval()
@@ -183,14 +199,21 @@ def test_unvisited_candidates_tie_at_the_initial_score():
         assert float(avg) == greater + 1 + (len(unvisited) - 1) / 2
 
 
-def test_priority_gradient_sigmoid_gate_gradcheck():
-    """With the sigmoid gate the logits are a smooth function of the priority MLP's weights
-    (the selection is locally constant): autograd against finite differences."""
+@pytest.mark.parametrize("priority", ["mlp", "decoder"])
+def test_priority_gradient_sigmoid_gate_gradcheck(priority):
+    """With the sigmoid gate the logits are a smooth function of the priority's weights (the
+    selection is locally constant): autograd against finite differences.  priority=decoder:
+    the decoder's weights reach the logits both as the final scorer and through the gates."""
     g = graph(seed=1, num_nodes=20, num_facts=60)
-    model = pair(cfg_of(dict(node_ratio=0.2, gate="sigmoid"), num_layers=2), seed=1)[0]
+    prune = dict(node_ratio=0.2, gate="sigmoid", priority=priority)
+    model = pair(cfg_of(prune, num_layers=2), seed=1)[0]
     heads, rels = torch.tensor([0, 4]), torch.tensor([1, 2])
-    named = dict(model.pruned.priority.named_parameters())
-    params = {f"pruned.priority.{n}": named[n] for n in ("0.bias", "2.weight", "2.bias")}
+    if priority == "mlp":
+        named = dict(model.pruned.priority.named_parameters())
+        params = {f"pruned.priority.{n}": named[n] for n in ("0.bias", "2.weight", "2.bias")}
+    else:
+        named = dict(model.decoder.named_parameters())
+        params = {f"decoder.{n}": named[n] for n in ("hidden.bias", "out.weight", "out.bias")}
 
     def call(*ws):
         return torch.func.functional_call(
@@ -207,7 +230,8 @@ def test_priority_gradient_straight_through():
     equal sigmoid'(p_head) * dL/dg, dL/dg by central differences of the slow reference with
     the sent state scaled by g."""
     g = graph(seed=1, num_nodes=20, num_facts=60)
-    model = pair(cfg_of(dict(max_nodes=1), num_layers=1), seed=2)[0]
+    prune = dict(max_nodes=1, priority="mlp", gate="straight_through")
+    model = pair(cfg_of(prune, num_layers=1), seed=2)[0]
     head, rel = 2, 1
     weights = torch.linspace(-1, 1, g.num_nodes, dtype=torch.float64)
     loss = lambda logits: (logits * weights).sum()  # noqa: E731
@@ -235,7 +259,7 @@ def test_explanations_use_the_pruned_subgraph():
     from cmpnn_dist.predict.explain import edge_gradients
 
     g = graph(seed=4, num_nodes=20, num_facts=50)
-    pruned, dense = pair(cfg_of(dict(node_ratio=1.0), num_layers=2))
+    pruned, dense = pair(cfg_of(dict(EXACT, node_ratio=1.0), num_layers=2))
     got, logit = edge_gradients(pruned, g, 3, 1, 7)
     want, want_logit = edge_gradients(dense, g, 3, 1, 7)
     assert abs(logit - want_logit) < 1e-9
@@ -274,7 +298,7 @@ def test_bf16_autocast_runs_and_stays_close_to_fp32():
             got = model(g, heads, rels)
         assert got.dtype == torch.bfloat16 and torch.isfinite(got).all()
         got.float().sum().backward()
-        assert model.pruned.priority[0].weight.grad is not None
+        assert model.decoder.hidden.weight.grad is not None  # the priority (A*Net's)
         if ratio == 1.0:
             assert torch.allclose(got.float(), want, atol=0.05, rtol=0.05)
 
@@ -323,3 +347,37 @@ def test_pruned_presets_are_the_paper_presets_plus_pruning(preset):
     assert 0 < pruned["model"].pop("prune")["node_ratio"] < 0.05
     base["model"].pop("prune")
     assert pruned == base
+
+
+def test_decoder_priority_is_the_final_scorer():
+    """priority=decoder (A*Net): the priority of a state is the decoder's logit, so the pruned
+    model has no parameters of its own (its weights are a dense model's and load into one) and
+    the senders of a layer are the top-k visited nodes by their current logits."""
+    pruned = pair(cfg_of(dict(max_nodes=2, max_edges=4)), seed=4)[0]
+    assert pruned.pruned.priority is None
+    assert not [k for k in pruned.state_dict() if k.startswith("pruned.")]
+    h = torch.randn(6, 8, dtype=torch.float64)
+    z = torch.randn(6, 8, dtype=torch.float64)
+    want = pruned.decoder(h.unsqueeze(1), z).squeeze(1)
+    assert torch.equal(pruned.pruned.score(h, z), want)
+    copy = deepcopy(pruned)
+    with torch.no_grad():
+        copy.decoder.out.bias.add_(1.0)
+    assert torch.equal(copy.pruned.score(h, z), want + 1.0)  # the copy scores with its own
+    mlp = pair(cfg_of(dict(max_nodes=2, max_edges=4, priority="mlp")), seed=4)[0]
+    assert any(k.startswith("pruned.priority.") for k in mlp.state_dict())
+
+
+def test_checkpoints_from_before_the_priority_key_keep_the_priority_mlp():
+    """A saved config without model.prune.priority comes from runs that had the separate MLP
+    (its weights are in the checkpoint); new configs keep what they say."""
+    from cmpnn_dist.config import Config, config_to_dict
+    from cmpnn_dist.training.restore import config_from_checkpoint
+
+    saved = config_to_dict(Config())
+    saved["model"]["propagation"] = "pruned"
+    assert config_from_checkpoint(saved, []).model.prune.priority == "decoder"
+    del saved["model"]["prune"]["priority"]
+    assert config_from_checkpoint(saved, []).model.prune.priority == "mlp"
+    got = config_from_checkpoint(saved, ["model.prune.priority=decoder"]).model.prune.priority
+    assert got == "decoder"

@@ -69,11 +69,11 @@ class CMPNN(nn.Module):
         self.query = nn.Embedding(r2, dim)
         self.layers = nn.ModuleList(CMPNNLayer(cfg, r2, self.ops) for _ in range(cfg.num_layers))
         self.decoder = Decoder(dim, cfg.decoder_hidden_dim)
-        self.pruned = None  # model.propagation=pruned: the priority MLP and pruned forward
+        self.pruned = None  # model.propagation=pruned: the priority and the pruned forward
         if getattr(cfg, "propagation", "dense") == "pruned":
             from cmpnn_dist.model.pruned import PrunedPropagation
 
-            self.pruned = PrunedPropagation(cfg)
+            self.pruned = PrunedPropagation(cfg, self.decoder)
 
     def _check(self, graph: Graph, heads: Tensor, rels: Tensor) -> None:
         if graph.num_relations != 2 * self.num_relations:

@@ -4,7 +4,9 @@ NeurIPS 2023), for every part of the design space (``model.propagation=pruned``)
 Per query b, a *visited* set S_b holds the nodes whose state has left its initial value
 (S_b = {u_b} at the start: INIT 1-3 are zero elsewhere).  Each node carries a priority
 
-    p_{v|u,q} = w_2 ReLU(W_1 [h_{v|u,q} || z_q] + c_1) + c_2                (one MLP, all layers)
+    p_{v|u,q} = decoder(h_{v|u,q}, z_q)                     (priority=decoder, A*Net: the
+                                                             final scorer itself)
+    p_{v|u,q} = w_2 ReLU(W_1 [h_{v|u,q} || z_q] + c_1) + c_2  (priority=mlp: a separate MLP)
 
 and layer t (the dense layer's parameters, :class:`~cmpnn_dist.model.layer.CMPNNLayer`) runs on
 the subgraph chosen by it:
@@ -12,21 +14,25 @@ the subgraph chosen by it:
     senders   = top-k visited nodes by p,   k = ceil(node_ratio N)  (or max_nodes)
     edges     = top-e out-edges of the senders (kept by edge_mask) by their receiver's p
                 (an unvisited receiver: p(0, z_q)),  e = ceil(degree_ratio k E / N) (or max_edges)
-    x_w       = g_w h_w,  g = 1 + (sigmoid(p) - stopgrad(sigmoid(p)))  (straight_through: 1)
-                          or g = sigmoid(p)                           (sigmoid: A*Net)
+    x_w       = g_w h_w,  g = sigmoid(p)                           (sigmoid: A*Net)
+                          or g = 1 + (sigmoid(p) - stopgrad(sigmoid(p)))  (straight_through: 1)
     h_v      <- the dense layer's update of v from the messages of the kept edges, for every
                 sender and receiver v; AGG degrees are those of the subgraph (PNA's delta: the
                 full graph's, as A*Net); READOUT sums the visited states (the others are 0)
     S_b      <- S_b + receivers
 
-Unvisited nodes keep their initial state 0 and so all score ``decoder(0, z_q)``: their ranks
-follow the evaluation's tie rule.  States live on visited (query, node) pairs only, one packed
-graph per layer (keys b N + v, :mod:`.pruned_select`) through the same ``ops.propagate``.
+With priority=decoder (the default, as A*Net) the priority of a node is its current logit, so
+the link-prediction loss trains the priority directly (the gate adds a second path); a
+separate MLP (priority=mlp) learns only through the gate.  Unvisited nodes keep their initial
+state 0 and so all score ``decoder(0, z_q)``: their ranks follow the evaluation's tie rule.
+States live on visited (query, node) pairs only, one packed graph per layer (keys b N + v,
+:mod:`.pruned_select`) through the same ``ops.propagate``.
 
-The dense model is the limit: when the node budget covers the graph (k >= N), every node is
-visited from the start (with its initial state), so every node sends and is updated; with
-e >= E every edge is kept and the forward pass is the dense one.  INIT 0 is refused: it has no
-head indicator to start from.
+The dense model is the limit with gate=straight_through: when the node budget covers the
+graph (k >= N), every node is visited from the start (with its initial state), so every node
+sends and is updated; with e >= E every edge is kept and the forward pass is the dense one.
+The sigmoid gate (the default, as A*Net) scales every sent state by sigmoid(p) also there.
+INIT 0 is refused: it has no head indicator to start from.
 """
 
 from __future__ import annotations
@@ -59,23 +65,32 @@ def check_prune_config(cfg: ModelConfig) -> None:
 
 
 class PrunedPropagation(nn.Module):
-    """The priority MLP and the pruned forward of a :class:`~cmpnn_dist.model.CMPNN`.
+    """The priority and the pruned forward of a :class:`~cmpnn_dist.model.CMPNN`.
 
     ``last_stats``: per layer of the last forward, ``(senders, edges, packed nodes)`` summed
-    over the batch (ints)."""
+    over the batch (ints).  ``decoder``: the model's decoder (priority=decoder), kept as a
+    plain attribute (not a submodule: its parameters are the model's)."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, decoder: nn.Module | None = None):
         super().__init__()
         check_prune_config(cfg)
         dim = cfg.hidden_dim
         self.prune = cfg.prune
         self.init_kind = int(cfg.init)
         self.history = str(cfg.history)
-        self.priority = nn.Sequential(nn.Linear(2 * dim, dim), nn.ReLU(), nn.Linear(dim, 1))
+        self.priority: nn.Module | None = None
+        if self.prune.priority == "mlp":
+            self.priority = nn.Sequential(nn.Linear(2 * dim, dim), nn.ReLU(), nn.Linear(dim, 1))
+        elif decoder is None:
+            raise ValueError("model.prune.priority=decoder needs the model's decoder")
+        object.__setattr__(self, "decoder", decoder)
         self.last_stats: list[tuple[int, int, int]] = []
 
     def score(self, h: Tensor, z: Tensor) -> Tensor:
-        """Priorities float [M] of states h [M, d] under query embeddings z [M, d]."""
+        """Priorities float [M] of states h [M, d] under query embeddings z [M, d]:
+        ``decoder(h, z)`` (priority=decoder) or ``w_2 ReLU(W_1 [h || z] + c_1) + c_2``."""
+        if self.priority is None:
+            return self.decoder(h.unsqueeze(1), z.to(h.dtype)).squeeze(1)
         return self.priority(torch.cat([h, z.to(h.dtype)], dim=-1)).squeeze(-1)
 
     def budgets(self, graph: Graph) -> tuple[int, int]:
@@ -110,6 +125,8 @@ class PrunedPropagation(nn.Module):
         """Logits float [B, N] of ``model`` (a CMPNN) pruned; arguments as ``CMPNN.forward``;
         ``layer_weights``: one edge_weight per layer instead (path explanations)."""
         model._check(graph, heads, rels)
+        if self.priority is None:  # the model's own decoder (also after a deepcopy)
+            object.__setattr__(self, "decoder", model.decoder)
         n, batch = graph.num_nodes, heads.numel()
         z_q = model.query(rels)
         head = self.head_states(z_q)

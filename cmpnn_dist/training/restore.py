@@ -84,6 +84,10 @@ def config_from_checkpoint(saved: dict[str, Any], overrides: list[str]) -> Confi
     """The run's saved config with ``overrides`` on top.  ``data.rebuild`` is a one-off request
     of the run that saved it, not a property of the model: it is not carried over."""
     saved = {**saved, "data": {k: v for k, v in saved.get("data", {}).items() if k != "rebuild"}}
+    prune = saved.get("model", {}).get("prune")
+    if isinstance(prune, dict) and "priority" not in prune:
+        # saved before model.prune.priority existed: those runs had the separate priority MLP
+        saved["model"] = {**saved["model"], "prune": {**prune, "priority": "mlp"}}
     from omegaconf import OmegaConf
 
     try:
