@@ -117,7 +117,9 @@ class PruneConfig:
     directly) or ``mlp`` (a separate MLP on [h || z_q], trained only through the gate).
     ``gate``: ``sigmoid`` (A*Net: sigmoid(priority) scales the sent state) or
     ``straight_through`` (the sent state is multiplied by 1 whose gradient is
-    sigmoid'(priority): with budgets that keep everything the model is exactly the dense one).
+    sigmoid'(priority)).  Budgets that keep everything select nothing: the
+    sigmoid gate then gives way to the straight-through one and the model is exactly the dense
+    one.
     The defaults are A*Net's (benchmarks/results/pruned_accuracy.md: on fb237_ind_v1 at 0.1,
     test MRR .227 -> .274 over 3 seeds against mlp / straight_through)."""
 

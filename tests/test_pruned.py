@@ -75,12 +75,12 @@ def design_space() -> list[dict]:
     return out
 
 
-# the dense model is the limit with the straight-through gate (the sigmoid gate scales the sent
-# states also there), whichever the priority
-EXACT = dict(gate="straight_through")
+# the dense model is the limit with either gate (budgets that keep everything select nothing,
+# and the sigmoid gate gives way to the straight-through one) and either priority
+EXACT: dict = {}
 KEEP_ALL = [
-    dict(EXACT, node_ratio=1.0, degree_ratio=1.0),
-    dict(EXACT, max_nodes=10**6, degree_ratio=1.5, priority="mlp"),
+    dict(EXACT, node_ratio=1.0, degree_ratio=1.0),  # the defaults: decoder, sigmoid
+    dict(EXACT, max_nodes=10**6, degree_ratio=1.5, priority="mlp", gate="straight_through"),
 ]
 
 

@@ -28,10 +28,10 @@ state 0 and so all score ``decoder(0, z_q)``: their ranks follow the evaluation'
 States live on visited (query, node) pairs only, one packed graph per layer (keys b N + v,
 :mod:`.pruned_select`) through the same ``ops.propagate``.
 
-The dense model is the limit with gate=straight_through: when the node budget covers the
-graph (k >= N), every node is visited from the start (with its initial state), so every node
-sends and is updated; with e >= E every edge is kept and the forward pass is the dense one.
-The sigmoid gate (the default, as A*Net) scales every sent state by sigmoid(p) also there.
+The dense model is the limit: when the node budget covers the graph (k >= N), every node is
+visited from the start (with its initial state), so every node sends and is updated; with
+e >= E every edge is kept, nothing is selected, the sigmoid gate (the default, as A*Net) gives
+way to the straight-through one (forward value 1) and the forward pass is the dense one.
 INIT 0 is refused: it has no head indicator to start from.
 """
 
@@ -146,6 +146,8 @@ class PrunedPropagation(nn.Module):
             "n": n,
             "batch": batch,
             "k": k,
+            # budgets that keep everything select nothing: no gate scales the sent states
+            "gated": self.prune.gate == "sigmoid" and not (k >= n and e >= graph.num_edges),
             "e": e,
             "z_q": z_q,
             "head": head,
@@ -230,7 +232,7 @@ class PrunedPropagation(nn.Module):
         h_p = torch.where(found.unsqueeze(1), h[rows.clamp(min=0)], h.new_zeros(()))
         p_b = node_keys // n
         sig = torch.sigmoid(prio[slot[s_keys].long()])
-        gate_s = sig if self.prune.gate == "sigmoid" else 1 + (sig - sig.detach())
+        gate_s = sig if ctx["gated"] else 1 + (sig - sig.detach())
         gate = h_p.new_ones(num).index_put((s_rows,), gate_s.to(h_p.dtype))
         message, relation = layer.message(z_q)
         weight = ctx["edge_weight"]
