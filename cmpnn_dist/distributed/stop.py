@@ -41,18 +41,13 @@ class WorkersDidNotStop(TrainingInterrupted):
         super().__init__(signum, step, checkpoint)
         self.grace_s = grace_s
 
-    def __str__(self) -> str:
-        name = signal.Signals(self.signum).name
+    def detail(self) -> str:
         newest = (
             f"newest checkpoint {self.checkpoint} (step {self.step})"
             if self.checkpoint
             else "no checkpoint written yet"
         )
-        tail = f"; resume with: {self.resume}" if self.resume else ""
-        return (
-            f"interrupted by {name}: the workers did not stop within {self.grace_s:g} s and "
-            f"were stopped; {newest}{tail}"
-        )
+        return f": the workers did not stop within {self.grace_s:g} s and were stopped; {newest}"
 
 
 def fit_until_stopped(

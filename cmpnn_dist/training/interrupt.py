@@ -34,15 +34,19 @@ class TrainingInterrupted(BaseException):
         self.resume: str | None = None
         super().__init__()
 
-    def __str__(self) -> str:
-        name = signal.Signals(self.signum).name
+    def detail(self) -> str:
+        """What happened, between the signal's name and the resume command."""
         where = (
             f"checkpoint {self.checkpoint} written"
             if self.checkpoint
             else "no checkpoint written (not the main rank)"
         )
+        return f" at step {self.step}: {where}"
+
+    def __str__(self) -> str:
+        name = signal.Signals(self.signum).name
         tail = f"; resume with: {self.resume}" if self.resume else ""
-        return f"interrupted by {name} at step {self.step}: {where}{tail}"
+        return f"interrupted by {name}{self.detail()}{tail}"
 
 
 class StopRequests:
