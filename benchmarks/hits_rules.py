@@ -123,9 +123,10 @@ def to_markdown(res: dict) -> str:
         "",
         f"commit {res['commit']}, {res['machine']}, load before {res['loadavg_before']}, "
         f"after {res['loadavg_after']}; re-runs of the cells of {TABLES} (1 epoch, seed 0, "
-        f"one thread each) and of seed 0 of {FIDELITY} (20 epochs).  The runs were trained",
-        "on branch h25 between commits 495a1a5 and this one (the training code unchanged; only",
-        "the metric code changed) and scored here.",
+        f"one thread each) and of the three seeds of {FIDELITY} (20 epochs).  The one-epoch",
+        "cells and fid_fb_s0 were trained on branch h25 (commits 495a1a5 to 09ecec6, the",
+        "training code unchanged), the other fidelity seeds at commit 436fa30 with",
+        "CMPNN_DIST_CPU_KERNEL=0 (the path the committed runs took); all scored here.",
         "",
         "| cell | committed (C(50, i)) | re-run, C(50, i) | re-run, TorchDrug C(49, i) | "
         "paper | reproduced |",
