@@ -93,9 +93,13 @@ def child_ours(agg: str, threads: str, n_warm: int, n_timed: int, storage: str) 
                 cpu.append(time.process_time() - c0)
                 used.append(torch.get_num_threads())
         ctx.close()
+    from cmpnn_dist.ops import resolve_impl
+
     return {
         "side": "cmpnn_dist",
         "agg": agg,
+        # the message-passing path ops.impl=auto ran (cpu: the compiled kernel)
+        "ops_impl": resolve_impl(cfg.ops.impl, torch.zeros(1)),
         "times": times,
         "cpu_times": cpu,
         "losses": losses,
@@ -164,7 +168,8 @@ def run_child(cmd: list[str], env: dict, timeout: float) -> dict:
 def summarize(out: dict) -> dict:
     if "error" in out:
         return out
-    keep = ("side", "agg", "threads", "thread_changes", "losses", "params", "loadavg_before")
+    keep = ("side", "agg", "threads", "thread_changes", "losses", "params", "loadavg_before",
+            "ops_impl")  # fmt: skip
     row = {k: out[k] for k in keep if k in out}
     row.update(
         wall_s_median=statistics.median(out["times"]),
@@ -293,6 +298,7 @@ def pairs(runs: list[dict]) -> list[dict]:
             ours_cpu_s=ours["cpu_s_median"],
             ours_rss_gb=ours["peak_rss_gb"],
             ours_threads=ours["threads"],
+            ours_impl=ours.get("ops_impl", "-"),
             loadavg=ours["loadavg_before"][0],
         )
         if peer:
@@ -382,8 +388,8 @@ def markdown(res: dict) -> str:
         lines += [f"**Peer skipped:** {res['peer_skipped']}", ""]
     lines += [
         "| cmd | round | load | agg | threads | load avg | ours wall s | ours CPU s | ours threads "
-        "| peer wall s | peer CPU s | wall ratio | CPU ratio | ours / peer RSS GB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| ours impl | peer wall s | peer CPU s | wall ratio | CPU ratio | ours / peer RSS GB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in res["pairs"]:
         rss = f"{p['ours_rss_gb']:.2f} / {_f(p.get('peer_rss_gb'))}"
@@ -391,7 +397,8 @@ def markdown(res: dict) -> str:
             f"| {p['command_index']} | {p['round']} | {p['load']} | {p['agg']} | "
             f"{p['threads_arg']} | "
             f"{p['loadavg']:.2f} | {p['ours_wall_s']:.2f} | {p['ours_cpu_s']:.2f} | "
-            f"{sorted(set(p['ours_threads']))} | {_f(p.get('peer_wall_s'))} | "
+            f"{sorted(set(p['ours_threads']))} | {p.get('ours_impl', '-')} | "
+            f"{_f(p.get('peer_wall_s'))} | "
             f"{_f(p.get('peer_cpu_s'))} | {_f(p.get('wall_ratio'), '.1f')} | "
             f"{_f(p.get('cpu_ratio'), '.1f')} | {rss} |"
         )

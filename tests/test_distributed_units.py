@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -162,33 +163,52 @@ def test_settings_are_checked() -> None:
         backend_for(cfg)
 
 
-def test_step_timer_with_ddp_matches_plain_gradients(tmp_path: Path) -> None:
+def _step_timer_ddp(store_path: str, results: Any) -> None:
+    """Child process of the test below: plain vs DDP-wrapped gradients and the timer's
+    summary, put on ``results``."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
     from cmpnn_dist.distributed.timing import StepTimer
 
-    store = dist.FileStore(str(tmp_path / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, 1), rank=0, world_size=1)
+    torch.manual_seed(0)
+    plain = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    wrapped = DistributedDataParallel(copy_of(plain))
+    timer = StepTimer(enabled=True)
+    timer.attach(wrapped)
+    x = torch.randn(32, 6)
+    for _ in range(3):
+        for m in (plain, wrapped):
+            m.zero_grad()
+            m(x).pow(2).sum().backward()
+    pairs = zip(plain.parameters(), wrapped.module.parameters(), strict=True)
+    grads = [(p.grad.clone(), q.grad.clone()) for p, q in pairs]
+    results.put((grads, timer.summary()))
+
+
+def test_step_timer_with_ddp_matches_plain_gradients(tmp_path: Path) -> None:
+    """In a child process: tearing down a gloo group whose DDP reducer holds a Python comm
+    hook can deadlock at exit (the group's destructor joins a gloo thread that wants the GIL),
+    which must not hang the suite; the child reports its results first."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    child = ctx.Process(target=_step_timer_ddp, args=(str(tmp_path / "store"), results))
+    child.start()
     try:
-        torch.manual_seed(0)
-        plain = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
-        wrapped = DistributedDataParallel(copy_of(plain))
-        timer = StepTimer(enabled=True)
-        timer.attach(wrapped)
-        x = torch.randn(32, 6)
-        for _ in range(3):
-            for m in (plain, wrapped):
-                m.zero_grad()
-                m(x).pow(2).sum().backward()
-        for p, q in zip(plain.parameters(), wrapped.module.parameters(), strict=True):
-            torch.testing.assert_close(p.grad, q.grad)
-        summary = timer.summary()
-        assert summary["steps"] == 3
-        for key in ("forward_s", "backward_s", "all_reduce_s", "step_s"):
-            assert summary[key] > 0, key
+        grads, summary = results.get(timeout=300)
     finally:
-        dist.destroy_process_group()
+        child.join(timeout=30)
+        if child.is_alive():
+            child.kill()
+            child.join()
+    for p, q in grads:
+        torch.testing.assert_close(p, q)
+    assert summary["steps"] == 3
+    for key in ("forward_s", "backward_s", "all_reduce_s", "step_s"):
+        assert summary[key] > 0, key
 
 
 def copy_of(module: torch.nn.Module) -> torch.nn.Module:
