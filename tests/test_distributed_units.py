@@ -183,7 +183,9 @@ def _step_timer_ddp(store_path: str, results: Any) -> None:
             m.zero_grad()
             m(x).pow(2).sum().backward()
     pairs = zip(plain.parameters(), wrapped.module.parameters(), strict=True)
-    grads = [(p.grad.clone(), q.grad.clone()) for p, q in pairs]
+    # Plain lists, not tensors: a tensor crosses a spawn queue as a file descriptor that the
+    # child must still be alive to hand over, and this child may exit first.
+    grads = [(p.grad.tolist(), q.grad.tolist()) for p, q in pairs]
     results.put((grads, timer.summary()))
 
 
@@ -205,7 +207,7 @@ def test_step_timer_with_ddp_matches_plain_gradients(tmp_path: Path) -> None:
             child.kill()
             child.join()
     for p, q in grads:
-        torch.testing.assert_close(p, q)
+        torch.testing.assert_close(torch.tensor(p), torch.tensor(q))
     assert summary["steps"] == 3
     for key in ("forward_s", "backward_s", "all_reduce_s", "step_s"):
         assert summary[key] > 0, key
