@@ -58,6 +58,7 @@ def _fmt_s(s: float) -> str:
 def measure(
     preset: str, storage: Path, steps: int, eval_facts: int, batch: int | None = None
 ) -> dict:
+    import cmpnn_dist.ops as ops
     from cmpnn_dist.cli import compose_config
     from cmpnn_dist.convert.prepare import ensure_dataset
     from cmpnn_dist.errors import UsageError
@@ -82,7 +83,20 @@ def measure(
     ctx = LocalContext(storage / "runs" / preset, device="cpu", tensorboard=False)
     trainer = Trainer(cfg, data, ctx, None)
     trainer.model.train()
-    trainer.train_step(trainer.model)  # warm-up (graph caches, allocator)
+
+    resolve, paths = ops.resolve_impl, set()
+
+    def recording(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        name = resolve(*args, **kwargs)
+        paths.add(name)
+        return name
+
+    ops.resolve_impl = recording  # which message-passing path the steps run (cpu: the kernel)
+    try:
+        trainer.train_step(trainer.model)  # warm-up (graph caches, allocator)
+    finally:
+        ops.resolve_impl = resolve
+    ops_path = "+".join(sorted(paths))
     t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(steps):
         trainer.train_step(trainer.model)
@@ -136,6 +150,7 @@ def measure(
         "steps_timed": steps,
         "eval_facts_timed": n,
         "threads": torch.get_num_threads(),
+        "ops_path": ops_path,
         "loadavg_1min": [round(load0, 2), round(os.getloadavg()[0], 2)],
     }
 
@@ -180,16 +195,17 @@ def main() -> None:
         "`python benchmarks/preset_times.py [--presets ...] [--steps K] [--merge]`: K timed "
         "training steps and a few validation facts per preset (each row's `steps_timed`, "
         "`eval_facts_timed` and `loadavg_1min` (before / after) in the JSON), extrapolated; "
-        "one torch thread; CPU time = the process's CPU seconds, wall = elapsed on this shared "
+        "one torch thread; message passing = the `ops` path the steps ran (`cpu`: the "
+        "compiled kernel); CPU time = the process's CPU seconds, wall = elapsed on this shared "
         "machine.",
         "",
         "| preset | train facts | steps/epoch | CPU s/step | epoch, CPU time (train + valid) "
-        "| full run, CPU time (preset's budget) | epoch, wall | load |",
-        "|---|---|---|---|---|---|---|---|",
+        "| full run, CPU time (preset's budget) | epoch, wall | load | message passing |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "skipped" in r:
-            lines.append(f"| {r['preset']} | skipped: {r['skipped']} | | | | | | |")
+            lines.append(f"| {r['preset']} | skipped: {r['skipped']} | | | | | | | |")
             continue
         budget = f"{r['epochs']} ep" + (f", {r['max_steps']} steps" if r["max_steps"] else "")
         if r.get("batch_timed", r["batch_size"]) != r["batch_size"]:
@@ -199,7 +215,8 @@ def main() -> None:
             f"| {r['preset']} | {r['train_facts']:,} | {r['steps_per_epoch']:,} | "
             f"{c['step_s']:.3f} | {_fmt_s(c['epoch_train_s'])} + {_fmt_s(c['epoch_valid_s'])} | "
             f"{_fmt_s(c['full_run_s'])} ({budget}) | {_fmt_s(w['epoch_s'])} | "
-            f"{r['loadavg_1min'][0]:.1f} / {r['loadavg_1min'][1]:.1f} |"
+            f"{r['loadavg_1min'][0]:.1f} / {r['loadavg_1min'][1]:.1f} | "
+            f"{r.get('ops_path', '?')} |"
         )
     text = "\n".join(lines) + "\n"
     print(text)
