@@ -12,8 +12,10 @@ For each scale and thread count (``torch.set_num_threads``, the same for every s
 * the floor, measured here: ``copy`` GB/s (bytes copied once per second, a 256 MiB copy)
   and ``gather`` GB/s (random 1 KiB rows of x by ``index_select`` in 4,096-row pieces into a
   reused buffer, i.e. bytes of rows read per second); ``floor fwd`` = E rows gathered + the
-  outputs' N rows written; ``floor bwd`` = E gradient rows gathered (one per edge: the input
-  gradient of a sum over a source-sorted graph) + x read and its gradient written;
+  outputs' N rows written; ``floor bwd`` = the gradient rows each edge must read, gathered
+  (one per edge for a sum over a source-sorted graph; two for PNA, g_sum and g_sumsq, whose
+  term 2 m_e g_sumsq[v] is a per-edge product) + max / min's N gradient and argument rows +
+  x read and its gradient written; ``bwd/1 row`` keeps sum's one-row floor for every case;
 * forward and forward+backward CPU seconds (``time.process_time``: stable on a loaded
   machine; wall time is recorded too) of ``cpu`` and ``reference``, medians of ``--rounds``
   interleaved rounds; the backward takes a random upstream gradient for every output and
@@ -151,12 +153,23 @@ def run_case(graph: Graph, case: str, impls: list[str], args, floor: dict) -> di
     copy = floor["copy_GBps"] * 1e9
     n_out = len(aggs) + 0.5 * sum(a in ("max", "min") for a in aggs)
     fwd_floor = graph.num_edges * row_bytes / gbps + graph.num_nodes * row_bytes * n_out / copy
-    bwd_floor = graph.num_edges * row_bytes / gbps + 2 * graph.num_nodes * row_bytes / copy
+    # backward: every edge's gradient needs its destination's g_sum and, with sumsq, g_sumsq
+    # (2 m_e g_sumsq[v]: a per-edge product, nothing to fold beforehand); max / min route one
+    # value per (v, b, k) to one edge: their N gradient rows and N argument rows are read
+    per_edge = max(1, sum(a in ("sum", "sumsq") for a in aggs))
+    extremes = sum(a in ("max", "min") for a in aggs)
+    one_row = graph.num_edges * row_bytes / gbps + 2 * graph.num_nodes * row_bytes / copy
+    bwd_floor = one_row + (
+        (per_edge - 1) * graph.num_edges * row_bytes / gbps
+        + 2 * extremes * graph.num_nodes * row_bytes / copy
+    )
     row["floor_fwd_s"], row["floor_bwd_s"] = fwd_floor, bwd_floor
+    row["floor_bwd_one_row_s"] = one_row
     if "cpu" in impls:
         bwd = row["cpu_fwd_bwd_cpu_s"] - row["cpu_fwd_cpu_s"]
         row["cpu_fwd_vs_floor"] = row["cpu_fwd_cpu_s"] / fwd_floor
         row["cpu_bwd_vs_floor"] = bwd / bwd_floor
+        row["cpu_bwd_vs_one_row_floor"] = bwd / one_row
     if "cpu" in impls and "reference" in impls:
         for kind in ("fwd", "fwd_bwd"):
             row[f"reference_over_cpu_{kind}"] = (
@@ -176,13 +189,16 @@ def to_markdown(result: dict) -> str:
         f"kernel: {result['kernel']}.",
         f"Command: `{result['command']}`.  B={result['batch']}, d={result['dim']}; CPU seconds "
         f"(process time), medians of {result['rounds']} interleaved rounds.  Floor: "
-        "E rows gathered at the measured random-gather rate + output rows at the copy rate "
-        "(backward: E gradient rows gathered + x read and its gradient written).",
+        "E rows gathered at the measured random-gather rate + output rows at the copy rate; "
+        "backward: the gradient rows every edge must read gathered (1 per edge for sum; 2 for "
+        "PNA: g_sum and g_sumsq, since 2 m_e g_sumsq[v] is a per-edge product), max / min's N "
+        "gradient and argument rows read, x read and its gradient written. `bwd/1 row`: the "
+        "backward against one gathered row per edge (sum's floor) for every case.",
         "",
         "| scale | threads | copy GB/s | gather GB/s | case | cpu fwd | ref fwd | ref/cpu | "
         "cpu fwd+bwd | ref fwd+bwd | ref/cpu | floor fwd | floor bwd | cpu fwd/floor | "
-        "cpu bwd/floor | check |",
-        "|" + "---|" * 16,
+        "cpu bwd/floor | cpu bwd/1 row | check |",
+        "|" + "---|" * 17,
     ]
     for s in result["settings"]:
         for r in s["rows"]:
@@ -197,7 +213,8 @@ def to_markdown(result: dict) -> str:
                 f"{r.get('reference_over_cpu_fwd_bwd', float('nan')):.1f}x | "
                 f"{r['floor_fwd_s']:.3f} | {r['floor_bwd_s']:.3f} | "
                 f"{r.get('cpu_fwd_vs_floor', float('nan')):.1f}x | "
-                f"{r.get('cpu_bwd_vs_floor', float('nan')):.1f}x | {r.get('check', '-')} |"
+                f"{r.get('cpu_bwd_vs_floor', float('nan')):.1f}x | "
+                f"{r.get('cpu_bwd_vs_one_row_floor', float('nan')):.1f}x | {r.get('check', '-')} |"
             )
     return "\n".join(lines) + "\n"
 
