@@ -347,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--hetionet-raw", default="/work/shared/data/hetionet")
     p.add_argument("--out", default=str(HERE / "results"))
+    p.add_argument("--label", default=None, help="the results entry's name (default: --graph)")
     args = p.parse_args(argv)
     if args.device == "cpu":
         torch.set_num_threads(args.threads)
@@ -355,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     res = json.loads(path.read_text()) if path.is_file() else {"results": {}}
 
     def save(r: dict) -> None:
-        res["results"][args.graph] = r
+        res["results"][args.label or args.graph] = r
         save_results(out, stem, res, to_markdown(res, args.device))
 
     r = run(args, save)
