@@ -26,25 +26,16 @@ import json
 import os
 import platform
 import resource
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+from provenance import git_commit, ops_paths, write_atomic
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
-
-
-def _git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                             capture_output=True, text=True, check=True)  # fmt: skip
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def _fmt_s(s: float) -> str:
@@ -58,7 +49,6 @@ def _fmt_s(s: float) -> str:
 def measure(
     preset: str, storage: Path, steps: int, eval_facts: int, batch: int | None = None
 ) -> dict:
-    import cmpnn_dist.ops as ops
     from cmpnn_dist.cli import compose_config
     from cmpnn_dist.convert.prepare import ensure_dataset
     from cmpnn_dist.errors import UsageError
@@ -83,19 +73,8 @@ def measure(
     ctx = LocalContext(storage / "runs" / preset, device="cpu", tensorboard=False)
     trainer = Trainer(cfg, data, ctx, None)
     trainer.model.train()
-
-    resolve, paths = ops.resolve_impl, set()
-
-    def recording(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        name = resolve(*args, **kwargs)
-        paths.add(name)
-        return name
-
-    ops.resolve_impl = recording  # which message-passing path the steps run (cpu: the kernel)
-    try:
+    with ops_paths() as paths:  # which message-passing path the steps run (cpu: the kernel)
         trainer.train_step(trainer.model)  # warm-up (graph caches, allocator)
-    finally:
-        ops.resolve_impl = resolve
     ops_path = "+".join(sorted(paths))
     t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(steps):
@@ -189,8 +168,9 @@ def main() -> None:
         rows = sorted(kept + rows, key=lambda r: presets_order.index(r["preset"]))
     machine = (f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, "
                f"{torch.get_num_threads()} torch threads")  # fmt: skip
+    commit = git_commit("--short")
     lines = [
-        f"# Preset times on CPU ({machine}, commit {_git_commit()})",
+        f"# Preset times on CPU ({machine}, commit {commit})",
         "",
         "`python benchmarks/preset_times.py [--presets ...] [--steps K] [--merge]`: K timed "
         "training steps and a few validation facts per preset (each row's `steps_timed`, "
@@ -221,14 +201,12 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out = {"benchmark": "preset_times", "machine": machine, "commit": _git_commit(),
+    out = {"benchmark": "preset_times", "machine": machine, "commit": commit,
            "command": "python benchmarks/preset_times.py " + " ".join(sys.argv[1:]),
            "rows": rows}  # fmt: skip
     for name, body in (("preset_times_cpu.json", json.dumps(out, indent=1)),
                        ("preset_times_cpu.md", text)):  # fmt: skip
-        tmp_path = RESULTS / f".{name}.tmp"
-        tmp_path.write_text(body)
-        os.replace(tmp_path, RESULTS / name)
+        write_atomic(RESULTS / name, body)
 
 
 if __name__ == "__main__":

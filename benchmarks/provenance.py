@@ -1,4 +1,5 @@
-"""Where a benchmark figure came from: the checkout's commit, and atomic result files.
+"""Where a benchmark figure came from: the checkout's commit, the message-passing path that
+ran, and atomic result files.
 
 Shared by the benchmark scripts (run as ``python benchmarks/NAME.py``, so this folder is on
 ``sys.path``)."""
@@ -6,6 +7,8 @@ Shared by the benchmark scripts (run as ``python benchmarks/NAME.py``, so this f
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,3 +37,23 @@ def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(text)
     tmp.replace(path)
+
+
+@contextmanager
+def ops_paths() -> Iterator[set[str]]:
+    """The ``ops`` implementations resolved while the block runs (``cpu``: the compiled
+    kernel), as a set filled in place: what ran, not what ``auto`` would pick for a guess."""
+    import cmpnn_dist.ops as ops
+
+    resolve, seen = ops.resolve_impl, set()
+
+    def recording(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        name = resolve(*args, **kwargs)
+        seen.add(name)
+        return name
+
+    ops.resolve_impl = recording
+    try:
+        yield seen
+    finally:
+        ops.resolve_impl = resolve

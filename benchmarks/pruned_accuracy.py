@@ -72,14 +72,19 @@ def variant_of(entry: dict) -> str | None:
     return entry.get("variant") or OLD_VARIANT
 
 
+def last_json(cmd: list[str]) -> dict:
+    """Run ``cmd`` (train / evaluate) in the checkout; its last stdout line, parsed."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def run_one(preset: str, ratio: str, seed: int, epochs: int, storage: str) -> dict:
     cmd = command(preset, ratio, seed, epochs, storage)
     t0, c0 = time.perf_counter(), os.times()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    last = last_json(cmd)
     c1 = os.times()
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-    last = json.loads(proc.stdout.strip().splitlines()[-1])
     return {
         "preset": preset,
         "ratio": ratio,

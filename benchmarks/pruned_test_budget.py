@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -33,14 +32,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from provenance import git_commit, write_atomic  # noqa: E402
-from pruned_accuracy import PAPER_HITS, ROOT, command, prune_variant  # noqa: E402
-
-
-def _run(cmd: list[str]) -> dict:
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+from pruned_accuracy import PAPER_HITS, command, last_json, prune_variant  # noqa: E402
 
 
 def _metrics(result: dict) -> dict:
@@ -50,13 +42,13 @@ def _metrics(result: dict) -> dict:
 
 def one_seed(preset: str, seed: int, args: argparse.Namespace) -> dict:
     """Train dense and pruned, then evaluate the pruned checkpoint at every test ratio."""
-    dense = _run(command(preset, "dense", seed, args.epochs, args.storage))
-    pruned = _run(command(preset, args.ratio, seed, args.epochs, args.storage))
+    dense = last_json(command(preset, "dense", seed, args.epochs, args.storage))
+    pruned = last_json(command(preset, args.ratio, seed, args.epochs, args.storage))
     evals, cmds = {}, []
     for t in args.test_ratios:
         cmd = [sys.executable, "-m", "cmpnn_dist.evaluate", f"ckpt={pruned['run_dir']}",
                f"storage_root={args.storage}", f"model.prune.test_node_ratio={t}"]  # fmt: skip
-        evals[t] = _metrics(_run(cmd))
+        evals[t] = _metrics(last_json(cmd))
         cmds.append(" ".join(cmd[1:]))
     own = _metrics(pruned)
     return {
@@ -138,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     with ThreadPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(lambda ps: one_seed(*ps, args), todo))
     out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "pruned_test_budget.json", json.dumps({"rows": rows}, indent=1))
     text = to_markdown(rows, args.test_ratios)
     write_atomic(out / "pruned_test_budget.md", text)

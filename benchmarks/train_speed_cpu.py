@@ -39,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from provenance import git_commit
+from provenance import git_commit, ops_paths
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -84,22 +84,20 @@ def child_ours(agg: str, threads: str, n_warm: int, n_timed: int, storage: str) 
         trainer = Trainer(cfg, data, ctx, None)
         trainer.model.train()
         times, cpu, losses, used = [], [], [], []
-        for i in range(n_warm + n_timed):
-            t0, c0 = time.perf_counter(), time.process_time()
-            losses.append(trainer.train_step(trainer.model))
-            governor.update()
-            if i >= n_warm:
-                times.append(time.perf_counter() - t0)
-                cpu.append(time.process_time() - c0)
-                used.append(torch.get_num_threads())
+        with ops_paths() as ran:  # the message-passing path the steps ran (cpu: the kernel)
+            for i in range(n_warm + n_timed):
+                t0, c0 = time.perf_counter(), time.process_time()
+                losses.append(trainer.train_step(trainer.model))
+                governor.update()
+                if i >= n_warm:
+                    times.append(time.perf_counter() - t0)
+                    cpu.append(time.process_time() - c0)
+                    used.append(torch.get_num_threads())
         ctx.close()
-    from cmpnn_dist.ops import resolve_impl
-
     return {
         "side": "cmpnn_dist",
         "agg": agg,
-        # the message-passing path ops.impl=auto ran (cpu: the compiled kernel)
-        "ops_impl": resolve_impl(cfg.ops.impl, torch.zeros(1)),
+        "ops_impl": "+".join(sorted(ran)),
         "times": times,
         "cpu_times": cpu,
         "losses": losses,
