@@ -1,4 +1,5 @@
-"""OpenMP settings that must be in the environment before torch loads its OpenMP runtime.
+"""Runtime settings that must be in the environment before torch starts using them: OpenMP's
+wait policy and torch's huge-page allocation.
 
 libgomp reads ``OMP_WAIT_POLICY`` once, when it is loaded (``import torch``).  Its default
 lets a thread that reaches the end of a parallel region spin for a while (about 300,000
@@ -7,6 +8,14 @@ training step; on a machine where another process holds a core, the spinning thr
 time slice its partner (or the other process) needs, and a 2-thread step on fb237_v1 went from
 ~1 s to 50-70 s per batch (``benchmarks/results/train_speed_cpu.md``).  ``PASSIVE`` makes
 waiting threads sleep at once; on an idle machine it costs a futex wake per region.
+
+``THP_MEM_ALLOC_ENABLE=1`` makes torch's CPU allocator back every allocation of 2 MiB or more
+with transparent huge pages (``madvise``; the kernel's default THP mode here).  torch's CPU
+allocator does not cache: each large tensor is fresh memory, and with 4 KiB pages every first
+touch is a page fault.  A PNA layer at a tenth of biokg scale writes ~0.6 GB of fresh outputs
+per forward; the faults took about a third of the compiled kernel's forward (0.31 -> 0.19
+CPU-s; a 100 MB allocate-and-fill: 35 -> 5 ms; ``benchmarks/results/cpu_kernel_thp.md``).
+torch reads the variable at its first large allocation.
 
 This module imports nothing heavy, so the CLI entry points can call
 :func:`set_openmp_defaults` before torch is imported; Ray workers get the same variables
@@ -20,7 +29,7 @@ import os
 import sys
 from collections.abc import MutableMapping
 
-OPENMP_DEFAULTS: dict[str, str] = {"OMP_WAIT_POLICY": "PASSIVE"}
+OPENMP_DEFAULTS: dict[str, str] = {"OMP_WAIT_POLICY": "PASSIVE", "THP_MEM_ALLOC_ENABLE": "1"}
 
 
 def openmp_env(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -146,6 +147,46 @@ def test_train_cli_sets_openmp_defaults_before_torch():
         check=True,
     )
     assert out.stdout.strip() == "PASSIVE"
+
+
+HUGE_PAGE_PROBE = """
+import cmpnn_dist.train  # noqa: F401  (sets the defaults, as `python -m cmpnn_dist.train`)
+import torch
+x = torch.empty(64 << 18)  # 64 MiB of float32
+x.fill_(1.0)
+ptr, kb, inside = x.data_ptr(), None, False
+for line in open("/proc/self/smaps"):
+    head = line.split()[0]
+    if "-" in head and ":" not in head:  # a mapping's first line: start-end perms ...
+        start, end = (int(a, 16) for a in head.split("-"))
+        inside = start <= ptr < end
+    elif inside and line.startswith("AnonHugePages:"):
+        kb = int(line.split()[1])
+print(kb)
+"""
+
+
+def test_train_cli_backs_large_tensors_with_huge_pages():
+    """The train entry point turns on torch's huge-page allocation (fresh 4 KiB pages cost a
+    fault each: a third of a PNA forward); a value the user set is kept."""
+    mode_file = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if not mode_file.exists() or "[never]" in mode_file.read_text():
+        pytest.skip("transparent huge pages are off on this machine")
+
+    def huge_kb(**extra: str) -> int:
+        env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
+        out = subprocess.run(
+            [sys.executable, "-c", HUGE_PAGE_PROBE],
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return int(out.stdout.strip())
+
+    assert huge_kb() >= 32 << 10  # at least half of the 64 MiB in 2 MiB pages
+    if "[madvise]" in mode_file.read_text():  # only torch's madvise asks for them
+        assert huge_kb(THP_MEM_ALLOC_ENABLE="0") == 0
 
 
 def test_ray_workers_get_the_openmp_settings(monkeypatch):
