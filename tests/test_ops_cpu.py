@@ -212,3 +212,16 @@ def test_build_cache_fallback_and_failure(tmp_path: Path):
     assert len(lines) == 1 and "compile failed: fake.cpp:1: error: broken" in lines[0]
     assert not list((tmp_path / "cache" / "cpu_kernel").glob("*/*.tmp*"))
     assert len(list((tmp_path / "cache" / "cpu_kernel").glob("*/cmpnn_cpu.so"))) == 1
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_kernel_loads_when_the_first_call_has_no_grad(mode):
+    """An evaluation's first forward runs under no_grad / inference_mode: the load's self-test
+    (a backward) must still pass there, else every evaluate / predict process would silently
+    run the pure-torch path."""
+    probe = (f"import torch\nwith torch.{mode}():\n"
+             "    from cmpnn_dist.ops import resolve_impl\n"
+             "    print(resolve_impl('auto', torch.zeros(1)))")  # fmt: skip
+    out = _python(probe, {})
+    assert out.stdout.strip() == "cpu", out.stderr
+    assert "compiled kernel" in out.stderr

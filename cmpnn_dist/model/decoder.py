@@ -25,3 +25,12 @@ class Decoder(nn.Module):
         query_part = F.linear(z_q, w[:, self.dim :], self.hidden.bias)  # [B, H]
         hidden = F.linear(h, w[:, : self.dim]) + query_part.unsqueeze(1)
         return self.out(F.relu(hidden)).squeeze(-1)
+
+    def rows(self, h: Tensor, z_q: Tensor, query: Tensor) -> Tensor:
+        """Logits float [M] of M (query, node) rows: h float [M, d] (their states), z_q float
+        [B, d], query int64 [M] (each row's query); W_a^z z_q + c_a once per query, not per
+        row (pruned propagation's priorities and its final scores)."""
+        w = self.hidden.weight
+        query_part = F.linear(z_q, w[:, self.dim :], self.hidden.bias)  # [B, H]
+        hidden = F.linear(h, w[:, : self.dim]) + query_part.index_select(0, query)
+        return self.out(F.relu(hidden)).squeeze(-1)

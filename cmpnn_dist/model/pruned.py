@@ -52,7 +52,7 @@ from cmpnn_dist.model.pruned_select import (
     segment_topk,
 )
 from cmpnn_dist.model.readout import relation_node_sets
-from cmpnn_dist.ops import propagate
+from cmpnn_dist.ops import compiled_cpu, propagate
 
 
 def check_prune_config(cfg: ModelConfig) -> None:
@@ -68,8 +68,11 @@ class PrunedPropagation(nn.Module):
     """The priority and the pruned forward of a :class:`~cmpnn_dist.model.CMPNN`.
 
     ``last_stats``: per layer of the last forward, ``(senders, edges, packed nodes)`` summed
-    over the batch (ints).  ``decoder``: the model's decoder (priority=decoder), kept as a
-    plain attribute (not a submodule: its parameters are the model's)."""
+    over the batch (ints).  ``compiled_select``: choose senders and edges with the compiled CPU
+    op (``ops/cpu_select.cpp``: one nth_element per query instead of sorting every candidate)
+    when it is loaded and the graph is on the CPU; the same items as the torch path.
+    ``decoder``: the model's decoder (priority=decoder), kept as a plain attribute (not a
+    submodule: its parameters are the model's)."""
 
     def __init__(self, cfg: ModelConfig, decoder: nn.Module | None = None):
         super().__init__()
@@ -85,13 +88,19 @@ class PrunedPropagation(nn.Module):
             raise ValueError("model.prune.priority=decoder needs the model's decoder")
         object.__setattr__(self, "decoder", decoder)
         self.last_stats: list[tuple[int, int, int]] = []
+        self.compiled_select = True
 
-    def score(self, h: Tensor, z: Tensor) -> Tensor:
-        """Priorities float [M] of states h [M, d] under query embeddings z [M, d]:
-        ``decoder(h, z)`` (priority=decoder) or ``w_2 ReLU(W_1 [h || z] + c_1) + c_2``."""
+    def score(self, h: Tensor, z: Tensor, query: Tensor | None = None) -> Tensor:
+        """Priorities float [M] of states h [M, d]: ``decoder(h, z)`` (priority=decoder) or
+        ``w_2 ReLU(W_1 [h || z] + c_1) + c_2``; z float [M, d] (one per row), or z_q [B, d]
+        with ``query`` int64 [M] (each row's query)."""
+        z = z.to(h.dtype)
         if self.priority is None:
-            return self.decoder(h.unsqueeze(1), z.to(h.dtype)).squeeze(1)
-        return self.priority(torch.cat([h, z.to(h.dtype)], dim=-1)).squeeze(-1)
+            if query is not None:
+                return self.decoder.rows(h, z, query)
+            return self.decoder(h.unsqueeze(1), z).squeeze(1)
+        z = z if query is None else z.index_select(0, query)
+        return self.priority(torch.cat([h, z], dim=-1)).squeeze(-1)
 
     def budgets(self, graph: Graph) -> tuple[int, int]:
         """``(k, e)``: nodes and edges kept per layer and query (train or test values)."""
@@ -164,14 +173,14 @@ class PrunedPropagation(nn.Module):
             ctx["node_sets"] = relation_node_sets(graph, rels, edge_mask)
         if model.cfg.aggregate == "pna":
             ctx["delta"] = _in_degrees(graph, edge_mask)
-        prio = self.score(h, z_q[keys // n])
+        prio = self.score(h, z_q, keys // n)
         self.last_stats = []
         for t, layer in enumerate(model.layers):
             if layer_weights is not None:
                 ctx["edge_weight"] = layer_weights[t]
             keys, h, prio = self._layer(layer, ctx, keys, h, prio)
         const = model.decoder(z_q.new_zeros(batch, 1, z_q.shape[1]), z_q)  # [B, 1]
-        visited = model.decoder(h.unsqueeze(1), z_q[keys // n]).reshape(-1)
+        visited = model.decoder.rows(h, z_q.to(h.dtype), keys // n)
         flat = const.repeat(1, n).reshape(-1).to(visited.dtype)
         return flat.index_put((keys,), visited).view(batch, n)
 
@@ -180,6 +189,14 @@ class PrunedPropagation(nn.Module):
         e_b [C], r_keys [C], rel [C])`` (edge c leaves sender ``s_keys[owner[c]]`` of query
         ``e_b[c]``, enters key ``r_keys[c]``, packed relation ``rel[c]``)."""
         graph, n, batch = ctx["graph"], ctx["n"], ctx["batch"]
+        kernel = compiled_cpu() if self.compiled_select and keys.device.type == "cpu" else None
+        if kernel is not None:
+            s_keys = kernel.select_senders(keys, prio, n, batch, ctx["k"])
+            owner, edge, e_b, r_keys, rel = kernel.select_out_edges(
+                s_keys, n, batch, out_index(graph), ctx["edge_mask"], ctx["slot"], prio,
+                ctx["const"], ctx["e"], graph.num_relations,
+            )  # fmt: skip
+            return s_keys, owner, edge, e_b, r_keys, rel
         b_of = keys // n
         send = segment_topk(prio, b_of, ctx["k"], batch).nonzero().squeeze(1)
         s_keys = torch.sort(keys[send]).values  # by key: edge ties go to the smaller node id
@@ -263,17 +280,39 @@ class PrunedPropagation(nn.Module):
         if layer.shortcut:
             out = out + h_p
         self.last_stats.append((int(s_keys.numel()), int(edge.numel()), num))
-        new_prio = self.score(out, z_q[p_b])
+        new_prio = self.score(out, z_q, p_b)
         # merge: updated rows in place (out of place for autograd), new rows appended
         new = ~found
         m = keys.numel()
         rows = torch.where(found, rows, m + torch.cumsum(new, 0) - 1)
         new_keys = node_keys[new]
         slot[new_keys] = torch.arange(m, m + new_keys.numel(), device=slot.device).to(slot.dtype)
-        pad = new_keys.numel()
-        h = torch.cat([h.to(out.dtype), out.new_zeros(pad, out.shape[1])]).index_put((rows,), out)
-        prio = torch.cat([prio.to(new_prio.dtype), new_prio.new_zeros(pad)])
-        return torch.cat([keys, new_keys]), h, prio.index_put((rows,), new_prio)
+        size = m + new_keys.numel()
+        h = _merge(ctx, "h", h, rows, out, size)
+        prio = _merge(ctx, "prio", prio, rows, new_prio, size)
+        return torch.cat([keys, new_keys]), h, prio
+
+
+def _merge(ctx: dict, name: str, old: Tensor, rows: Tensor, new: Tensor, size: int) -> Tensor:
+    """``old`` [m, ...] grown to ``size`` rows with ``new`` written at ``rows`` (every row in
+    [m, size) is among them).  With autograd: out of place.  Without (evaluation): in place in
+    a buffer kept in ``ctx`` whose capacity doubles, so a layer writes its P rows instead of
+    copying all M visited ones."""
+    if torch.is_grad_enabled():
+        pad = old.new_zeros((size - old.shape[0], *old.shape[1:]), dtype=new.dtype)
+        return torch.cat([old.to(new.dtype), pad]).index_put((rows,), new)
+    buf = ctx.get(name)
+    if (
+        buf is None
+        or buf.dtype != new.dtype
+        or buf.shape[0] < size
+        or old.data_ptr() != buf.data_ptr()
+    ):
+        grown = new.new_empty((max(size, 2 * old.shape[0]), *new.shape[1:]))
+        grown[: old.shape[0]] = old
+        buf = ctx[name] = grown
+    buf.index_copy_(0, rows, new)
+    return buf[:size]
 
 
 def _in_degrees(graph: Graph, edge_mask: Tensor | None) -> Tensor:

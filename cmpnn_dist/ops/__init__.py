@@ -110,6 +110,12 @@ def _load(name: str) -> ModuleType | None:
     return _loaded[name]
 
 
+def compiled_cpu() -> ModuleType | None:
+    """:mod:`cmpnn_dist.ops.cpu` (the compiled CPU kernel, also pruned propagation's
+    selection) when it builds and loads here, else None."""
+    return _load("cpu")
+
+
 def available_impls() -> list[str]:
     """Names of the implementations whose modules import on this machine."""
     return [name for name in IMPL_MODULES if _load(name) is not None]
@@ -311,6 +317,7 @@ __all__ = [
     "IMPL_MODULES",
     "EdgeMessage",
     "available_impls",
+    "compiled_cpu",
     "check_inputs",
     "covers",
     "get_impl",

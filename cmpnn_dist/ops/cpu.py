@@ -7,11 +7,12 @@ query), optional ``edge_weight`` [E] or [B, E] and ``edge_mask`` bool [E].
 Forward (``cpu_kernel.cpp``): for each destination row of the CSR (rows split over torch's
 OpenMP threads in ranges of about equal edge counts), gather each kept in-edge's source row
 ``x[src_e]`` (B x d), multiply by ``w[rel_e]`` (and the weight) on the fly and reduce into
-per-row accumulators (sum, sumsq, max, min and the edge id attaining max / min); each output
-row is written once.  Backward: for each *source* row of a transposed copy of the graph
-(source-sorted edge ids, destinations and relations, int32; built once per graph and cached in
+per-row accumulators (sum, sumsq, max, min and the position of the in-edge attaining max /
+min: int16 when every in-degree is below 2^15, else int32); each output row is written once.
+Backward: for each *source* row of a transposed copy of the graph (source-sorted edge ids,
+destinations, relations and in-edge positions, int32; built once per graph and cached in
 ``graph._cache``), gather ``g_sum[dst_e]`` (and ``g_sumsq``, ``g_max`` / ``g_min`` where the
-recorded argmax is ``e``), reduce ``d x[s] = sum_e ew_e gm_e * w[rel_e]`` in registers and
+recorded position is ``e``'s), reduce ``d x[s] = sum_e ew_e gm_e * w[rel_e]`` in registers and
 write it once; ``d w`` is reduced per thread, ``d ew_e = <gm_e, u_e>`` written per edge.
 
 Gradients of max / min go to the first edge attaining the extreme (smallest edge id), as
@@ -34,21 +35,32 @@ from cmpnn_dist.ops.messages import EdgeMessage, as_params, get_message
 EXTREMES = ("max", "min")
 
 
-def transposed(graph: Graph) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Source-sorted copy of ``graph``: (indptr int64 [N+1], edge id, dst, rel: int32 [E]);
-    built once per graph (stable sort: a source's edges stay in edge-id order)."""
+def transposed(graph: Graph) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Source-sorted copy of ``graph``: (indptr int64 [N+1], edge id, dst, rel, position of the
+    edge among its destination's in-edges: int32 [E]); built once per graph (stable sort: a
+    source's edges stay in edge-id order)."""
     if "cpu_transposed" not in graph._cache:
         order = torch.argsort(graph.src, stable=True)
         counts = torch.bincount(graph.src, minlength=graph.num_nodes)
         indptr = torch.zeros(graph.num_nodes + 1, dtype=torch.int64)
         torch.cumsum(counts, 0, out=indptr[1:])
+        dst = graph.dst()[order]
         graph._cache["cpu_transposed"] = (
             indptr,
             order.to(torch.int32),
-            graph.dst()[order].to(torch.int32),
+            dst.to(torch.int32),
             graph.rel[order].to(torch.int32),
+            (order - graph.indptr[dst]).to(torch.int32),
         )
     return graph._cache["cpu_transposed"]
+
+
+def short_positions(graph: Graph) -> bool:
+    """Whether max / min record their in-edge positions as int16 (every in-degree < 2^15)."""
+    if "cpu_short_positions" not in graph._cache:
+        degree = graph.indptr[1:] - graph.indptr[:-1]
+        graph._cache["cpu_short_positions"] = bool(degree.numel() == 0 or degree.max() < 2**15 - 1)
+    return graph._cache["cpu_short_positions"]
 
 
 class _MulPropagate(torch.autograd.Function):
@@ -59,6 +71,7 @@ class _MulPropagate(torch.autograd.Function):
         sum_, sq, mx, mn, amax, amin, degree = torch.ops.cmpnn_cpu.forward(
             x, w, ew, mask, graph.indptr, graph.src, graph.rel,
             "sum" in aggs, "sumsq" in aggs, "max" in aggs, "min" in aggs, need_arg,
+            short_positions(graph),
         )  # fmt: skip
         ctx.save_for_backward(x, w, ew, mask, amax, amin)
         ctx.graph, ctx.aggs = graph, aggs
@@ -143,10 +156,50 @@ def self_check() -> str:
         "grad x": (x.grad, want_gx), "grad w": (w.grad, want_gw),
     }  # fmt: skip
     bad = [k for k, (got, want) in checks.items() if not torch.allclose(got, want)]
+    keys = torch.tensor([0, 4, 1, 5, 3, 2])  # n = 3: queries 0 1 0 1 1 0; top 2 of each,
+    got = select_senders(keys, torch.tensor([1.0, 2.0, 1.0, 0.0, 3.0, 1.0]), 3, 2, 2)
+    if got.tolist() != [0, 1, 3, 4]:  # query 0's three-way tie goes to its first two rows
+        bad.append("select_senders")
     return ", ".join(bad)
 
 
-__all__ = ["propagate", "self_check", "transposed"]
+def select_senders(keys: Tensor, score: Tensor, n: int, batch: int, k: int) -> Tensor:
+    """Sorted int64 keys of each query's top-``k`` items (``cpu_select.cpp``).
+
+    Args: keys int64 [M] (``b * n + v``), score float [M]; ties: the earlier item.  The same
+    items as :func:`cmpnn_dist.model.pruned_select.segment_topk` over ``keys // n``."""
+    score = score.detach().float().contiguous()
+    return torch.ops.cmpnn_cpu.select_senders(keys.contiguous(), score, n, batch, k)
+
+
+def select_out_edges(
+    s_keys: Tensor,
+    n: int,
+    batch: int,
+    out_index: tuple[Tensor, Tensor, Tensor, Tensor],
+    edge_mask: Tensor | None,
+    slot: Tensor,
+    score: Tensor,
+    const_score: Tensor,
+    e: int,
+    num_relations: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The top-``e`` out-edges per query of senders ``s_keys`` (int64 [S], sorted keys).
+
+    Args: ``out_index`` = (out_ptr [N+1], out_edge, out_dst, out_rel [E]) by source;
+    ``edge_mask`` bool [E] or None; ``slot`` int32 / int64 [B n]: the row of a visited key in
+    ``score`` (float [M]), else -1 (then ``const_score[b]``, float [B]).  Returns ``(owner,
+    edge, query, r_key, rel)`` int64 [C] (rel = ``b * num_relations + r``), grouped by sender,
+    then in ``out_index`` order: the edges the torch path of
+    :meth:`cmpnn_dist.model.pruned.PrunedPropagation._select` keeps, in its order."""
+    return torch.ops.cmpnn_cpu.select_out_edges(
+        s_keys.contiguous(), n, batch, *out_index, edge_mask, slot.contiguous(),
+        score.detach().float().contiguous(), const_score.detach().float().contiguous(),
+        e, num_relations,
+    )  # fmt: skip
+
+
+__all__ = ["propagate", "select_out_edges", "select_senders", "self_check", "transposed"]
 
 # Build or load the library now (after self_check is defined: the load runs it).  Raises
 # KernelUnavailable, so that the dispatcher treats impl=cpu as absent here.

@@ -1,9 +1,11 @@
-"""Build, cache and load the compiled CPU kernel (``cpu_kernel.cpp``) on first use.
+"""Build, cache and load the compiled CPU kernel (``cpu_kernel.cpp``: message passing,
+``cpu_select.cpp``: pruned propagation's selection) on first use.
 
 The kernel is compiled against the torch that is *installed* (never in pip's isolated build
 environment, the torch-scatter trap), the first time a process asks for it: one compiler call
 (``$CXX`` or ``c++``; ~15 s), no ninja, no Python headers, no pybind.  The shared library
-registers ``torch.ops.cmpnn_cpu.forward`` / ``backward``.
+registers ``torch.ops.cmpnn_cpu.forward`` / ``backward`` / ``select_senders`` /
+``select_out_edges``.
 
 Cache (``$CMPNN_DIST_CACHE`` or ``$XDG_CACHE_HOME/cmpnn_dist``, default ``~/.cache/cmpnn_dist``)::
 
@@ -36,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-SOURCE = Path(__file__).with_name("cpu_kernel.cpp")
+SOURCES = tuple(Path(__file__).with_name(f) for f in ("cpu_kernel.cpp", "cpu_select.cpp"))
 LIBRARY = "cmpnn_cpu.so"
 FLAGS = ("-O3", "-march=native", "-std=c++20", "-fPIC", "-shared", "-fopenmp", "-w")
 ENV_SWITCH = "CMPNN_DIST_CPU_KERNEL"
@@ -77,7 +79,7 @@ def _command(output: Path) -> list[str]:
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     cmd = [_compiler(), *FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
     cmd += [f"-I{p}" for p in include_paths()]
-    cmd += [str(SOURCE), "-o", str(output)]
+    cmd += [*map(str, SOURCES), "-o", str(output)]
     for lib in library_paths():
         cmd += [f"-L{lib}", f"-Wl,-rpath,{lib}"]
     return [*cmd, "-lc10", "-ltorch_cpu"]
@@ -92,7 +94,7 @@ def cache_key() -> str:
     except (OSError, subprocess.SubprocessError) as exc:
         raise KernelUnavailable(f"no C++ compiler ({_compiler()}: {exc})") from exc
     parts = {
-        "source": hashlib.sha256(SOURCE.read_bytes()).hexdigest(),
+        "source": [hashlib.sha256(f.read_bytes()).hexdigest() for f in SOURCES],
         "torch": [torch.__version__, torch.version.git_version],
         "python": sys.implementation.cache_tag,
         "machine": platform.machine(),
@@ -128,7 +130,11 @@ def build(folder: Path) -> float:
 def self_test(check: Callable[[], str]) -> None:
     """Run ``check`` (the kernel module's forward and backward on a 3-node graph against plain
     torch: an error text, or "" when they agree) on the freshly loaded library."""
-    error = check()
+    try:  # the caller may be under no_grad / inference_mode (an evaluation's first forward)
+        with torch.inference_mode(False), torch.enable_grad():
+            error = check()
+    except Exception as exc:  # noqa: BLE001  (any failure means: do not use this library)
+        raise KernelUnavailable(f"self-test raised {exc!r}") from exc
     if error:
         raise KernelUnavailable(f"self-test failed: {error}")
 

@@ -3,11 +3,13 @@
 // memory: each edge's message lives in a B*d buffer that stays in L1.
 //
 //   m_e[b, k] = x[src_e, b, k] * w[rel_e, b or 0, k] * ew[e, b or 0]     (ew optional)
-//   sum[v] = sum_e m_e   sumsq[v] = sum_e m_e^2   max[v] / min[v] with the edge id attaining
-//   it (the first in CSR order: smallest edge id), degree[v] = #kept in-edges.
+//   sum[v] = sum_e m_e   sumsq[v] = sum_e m_e^2   max[v] / min[v] with the position of the
+//   in-edge attaining it (e - indptr[v]; the first in CSR order), degree[v] = #kept in-edges.
+//   Positions are int16 when every in-degree is below 2^15 (half the bytes of int32 that the
+//   backward reads per edge and element), else int32.
 //
 // Backward, for each source s and each kept out-edge e = (s -> v, rel r):
-//   gm = g_sum[v] + 2 m_e g_sumsq[v] + [argmax[v] == e] g_max[v] + [argmin[v] == e] g_min[v]
+//   gm = g_sum[v] + 2 m_e g_sumsq[v] + [argmax[v] == pos_e] g_max[v] + [argmin[v] == pos_e] g_min[v]
 //   d ew[e] = <gm, u_e> (u_e = x[s] * w[r]),  gu = ew[e] gm,
 //   d x[s] += gu * w[r] (reduced in registers, written once),  d w[r] += gu * x[s] (per thread).
 //
@@ -60,7 +62,7 @@ int64_t num_parts(int64_t n) {
   return std::max<int64_t>(1, std::min<int64_t>(n, 8 * at::get_num_threads()));
 }
 
-template <typename scalar_t>
+template <typename scalar_t, typename arg_t>
 void forward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Tensor& mask,
                   const Tensor& indptr, const Tensor& src, const Tensor& rel, bool do_sum,
                   bool do_sq, bool do_max, bool do_min, bool need_arg, Tensor& sum, Tensor& sq,
@@ -79,8 +81,8 @@ void forward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Tens
   scalar_t* sq_p = do_sq ? sq.data_ptr<scalar_t>() : nullptr;
   scalar_t* mx_p = do_max ? mx.data_ptr<scalar_t>() : nullptr;
   scalar_t* mn_p = do_min ? mn.data_ptr<scalar_t>() : nullptr;
-  int32_t* amax_p = do_max && need_arg ? amax.data_ptr<int32_t>() : nullptr;
-  int32_t* amin_p = do_min && need_arg ? amin.data_ptr<int32_t>() : nullptr;
+  arg_t* amax_p = do_max && need_arg ? amax.data_ptr<arg_t>() : nullptr;
+  arg_t* amin_p = do_min && need_arg ? amin.data_ptr<arg_t>() : nullptr;
   scalar_t* deg_p = degree.data_ptr<scalar_t>();
   const auto cut = balanced(ip, n, num_parts(n));
   const int64_t parts = static_cast<int64_t>(cut.size()) - 1;
@@ -93,16 +95,16 @@ void forward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Tens
     acc_t* a_mx = a_sq + bd;
     acc_t* a_mn = a_mx + bd;
     acc_t* wgt = a_mn + bd;  // per-edge weight of each (b, k): broadcast once per edge
-    std::vector<int32_t> ibuf(2 * bd);
-    int32_t* i_mx = ibuf.data();
-    int32_t* i_mn = i_mx + bd;
+    std::vector<arg_t> ibuf(2 * bd);
+    arg_t* i_mx = ibuf.data();
+    arg_t* i_mn = i_mx + bd;
     const acc_t inf = std::numeric_limits<acc_t>::infinity();
     const int64_t e_end = ip[cut[p1]];
     for (int64_t v = cut[p0]; v < cut[p1]; ++v) {
       std::fill(a_sum, a_sum + 2 * bd, acc_t(0));
       std::fill(a_mx, a_mx + bd, -inf);
       std::fill(a_mn, a_mn + bd, inf);
-      std::fill(i_mx, i_mx + 2 * bd, int32_t(-1));
+      std::fill(i_mx, i_mx + 2 * bd, arg_t(-1));
       int64_t kept = 0;
       for (int64_t e = ip[v]; e < ip[v + 1]; ++e) {
         if (e + kAhead < e_end) prefetch_row(xp + sp[e + kAhead] * bd, bd * sizeof(scalar_t));
@@ -131,18 +133,18 @@ void forward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Tens
           for (int64_t i = 0; i < bd; ++i) a_sum[i] += m[i];
         if (do_sq)
           for (int64_t i = 0; i < bd; ++i) a_sq[i] += m[i] * m[i];
-        const int32_t e32 = static_cast<int32_t>(e);
+        const arg_t pos_e = static_cast<arg_t>(e - ip[v]);
         if (do_max)
           for (int64_t i = 0; i < bd; ++i) {
             const bool hit = m[i] > a_mx[i];
             a_mx[i] = hit ? m[i] : a_mx[i];
-            i_mx[i] = hit ? e32 : i_mx[i];
+            i_mx[i] = hit ? pos_e : i_mx[i];
           }
         if (do_min)
           for (int64_t i = 0; i < bd; ++i) {
             const bool hit = m[i] < a_mn[i];
             a_mn[i] = hit ? m[i] : a_mn[i];
-            i_mn[i] = hit ? e32 : i_mn[i];
+            i_mn[i] = hit ? pos_e : i_mn[i];
           }
       }
       const int64_t o = v * bd;
@@ -163,13 +165,15 @@ void forward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Tens
   });
 }
 
-// Returns (sum, sumsq, max, min, argmax int32, argmin int32, degree); outputs not asked for
+// Returns (sum, sumsq, max, min, argmax, argmin (int16 positions when short_arg, else int32),
+// degree); outputs not asked for
 // are empty tensors (argmax / argmin too unless need_arg: only the backward reads them).  x [N, B, d], w [R2, 1 or B, d] (x's dtype), ew [E, 1 or B] opmath or
 // undefined, mask bool [E] or undefined, indptr [N+1], src / rel [E] int64 (CSR order).
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> forward(
     const Tensor& x, const Tensor& w, const std::optional<Tensor>& ew,
     const std::optional<Tensor>& mask, const Tensor& indptr, const Tensor& src,
-    const Tensor& rel, bool do_sum, bool do_sq, bool do_max, bool do_min, bool need_arg) {
+    const Tensor& rel, bool do_sum, bool do_sq, bool do_max, bool do_min, bool need_arg,
+    bool short_arg) {
   TORCH_CHECK(x.dim() == 3 && x.is_contiguous() && w.dim() == 3 && w.is_contiguous());
   TORCH_CHECK(w.scalar_type() == x.scalar_type() && w.size(2) == x.size(2));
   TORCH_CHECK(w.size(1) == 1 || w.size(1) == x.size(1));
@@ -184,22 +188,27 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> forward(
   Tensor sq = do_sq ? at::empty_like(x) : empty;
   Tensor mx = do_max ? at::empty_like(x) : empty;
   Tensor mn = do_min ? at::empty_like(x) : empty;
-  auto iopt = x.options().dtype(at::kInt);
+  auto iopt = x.options().dtype(short_arg ? at::kShort : at::kInt);
   Tensor amax = do_max && need_arg ? at::empty(x.sizes(), iopt) : at::empty({0}, iopt);
   Tensor amin = do_min && need_arg ? at::empty(x.sizes(), iopt) : at::empty({0}, iopt);
   Tensor degree = at::empty({x.size(0)}, x.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "cmpnn_fwd", [&] {
-    forward_impl<scalar_t>(x, w, ewt, mt, indptr.contiguous(), src.contiguous(),
-                           rel.contiguous(), do_sum, do_sq, do_max, do_min,
-                           need_arg, sum, sq, mx, mn, amax, amin, degree);
+    if (short_arg)
+      forward_impl<scalar_t, int16_t>(x, w, ewt, mt, indptr.contiguous(), src.contiguous(),
+                                      rel.contiguous(), do_sum, do_sq, do_max, do_min,
+                                      need_arg, sum, sq, mx, mn, amax, amin, degree);
+    else
+      forward_impl<scalar_t, int32_t>(x, w, ewt, mt, indptr.contiguous(), src.contiguous(),
+                                      rel.contiguous(), do_sum, do_sq, do_max, do_min,
+                                      need_arg, sum, sq, mx, mn, amax, amin, degree);
   });
   return {sum, sq, mx, mn, amax, amin, degree};
 }
 
-template <typename scalar_t>
+template <typename scalar_t, typename arg_t>
 void backward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Tensor& mask,
                    const Tensor& t_indptr, const Tensor& t_eid, const Tensor& t_dst,
-                   const Tensor& t_rel, const Tensor& g_sum, const Tensor& g_sq,
+                   const Tensor& t_rel, const Tensor& t_pos, const Tensor& g_sum, const Tensor& g_sq,
                    const Tensor& g_max, const Tensor& g_min, const Tensor& amax,
                    const Tensor& amin, Tensor& gx, Tensor& gw, Tensor& gew) {
   using acc_t = at::opmath_type<scalar_t>;
@@ -213,12 +222,13 @@ void backward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Ten
   const int32_t* eid = t_eid.const_data_ptr<int32_t>();
   const int32_t* dstp = t_dst.const_data_ptr<int32_t>();
   const int32_t* relp = t_rel.const_data_ptr<int32_t>();
+  const int32_t* posp = t_pos.const_data_ptr<int32_t>();
   const scalar_t* gs = g_sum.defined() ? g_sum.const_data_ptr<scalar_t>() : nullptr;
   const scalar_t* gq = g_sq.defined() ? g_sq.const_data_ptr<scalar_t>() : nullptr;
   const scalar_t* gmx = g_max.defined() ? g_max.const_data_ptr<scalar_t>() : nullptr;
   const scalar_t* gmn = g_min.defined() ? g_min.const_data_ptr<scalar_t>() : nullptr;
-  const int32_t* amx = gmx ? amax.const_data_ptr<int32_t>() : nullptr;
-  const int32_t* amn = gmn ? amin.const_data_ptr<int32_t>() : nullptr;
+  const arg_t* amx = gmx ? amax.const_data_ptr<arg_t>() : nullptr;
+  const arg_t* amn = gmn ? amin.const_data_ptr<arg_t>() : nullptr;
   scalar_t* gxp = gx.defined() ? gx.data_ptr<scalar_t>() : nullptr;
   acc_t* gewp = gew.defined() ? gew.data_ptr<acc_t>() : nullptr;
   const bool need_u = gq != nullptr || gewp != nullptr;  // the message itself is needed
@@ -254,8 +264,8 @@ void backward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Ten
           if (gq) prefetch_row(gq + ahead, bd * sizeof(scalar_t));
           if (gmx) prefetch_row(gmx + ahead, bd * sizeof(scalar_t));
           if (gmn) prefetch_row(gmn + ahead, bd * sizeof(scalar_t));
-          if (amx) prefetch_row(amx + ahead, bd * sizeof(int32_t));
-          if (amn) prefetch_row(amn + ahead, bd * sizeof(int32_t));
+          if (amx) prefetch_row(amx + ahead, bd * sizeof(arg_t));
+          if (amn) prefetch_row(amn + ahead, bd * sizeof(arg_t));
         }
         const int64_t e = eid[j];
         if (mp != nullptr && !mp[e]) continue;
@@ -283,11 +293,11 @@ void backward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Ten
             }
           }
         }
-        const int32_t e32 = static_cast<int32_t>(e);
+        const arg_t pos_e = static_cast<arg_t>(posp[j]);
         if (gmx)
-          for (int64_t i = 0; i < bd; ++i) gm[i] += amx[o + i] == e32 ? acc_t(gmx[o + i]) : 0;
+          for (int64_t i = 0; i < bd; ++i) gm[i] += amx[o + i] == pos_e ? acc_t(gmx[o + i]) : 0;
         if (gmn)
-          for (int64_t i = 0; i < bd; ++i) gm[i] += amn[o + i] == e32 ? acc_t(gmn[o + i]) : 0;
+          for (int64_t i = 0; i < bd; ++i) gm[i] += amn[o + i] == pos_e ? acc_t(gmn[o + i]) : 0;
         if (we) {
           if (gewp) {
             for (int64_t b = 0; b < nb; ++b) {
@@ -336,11 +346,13 @@ void backward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Ten
 }
 
 // Returns (grad x, grad w, grad ew [E, 1 or B] opmath); each empty unless asked for.  The
-// transposed graph: t_indptr [N+1] by source, t_eid / t_dst / t_rel int32 [E] in source order.
+// transposed graph: t_indptr [N+1] by source, t_eid / t_dst / t_rel / t_pos (position among
+// the destination's in-edges) int32 [E] in source order.
 std::tuple<Tensor, Tensor, Tensor> backward(
     const Tensor& x, const Tensor& w, const std::optional<Tensor>& ew,
     const std::optional<Tensor>& mask, const Tensor& t_indptr, const Tensor& t_eid,
-    const Tensor& t_dst, const Tensor& t_rel, const std::optional<Tensor>& g_sum,
+    const Tensor& t_dst, const Tensor& t_rel, const Tensor& t_pos,
+    const std::optional<Tensor>& g_sum,
     const std::optional<Tensor>& g_sq, const std::optional<Tensor>& g_max,
     const std::optional<Tensor>& g_min, const Tensor& amax, const Tensor& amin, bool need_x,
     bool need_w, bool need_ew) {
@@ -356,10 +368,18 @@ std::tuple<Tensor, Tensor, Tensor> backward(
   Tensor gx = need_x ? at::empty_like(x) : Tensor();
   Tensor gw = need_w ? at::empty_like(w) : Tensor();
   Tensor gew = need_ew && ewt.defined() ? at::zeros_like(ewt) : Tensor();
+  const bool short_arg = (gmx.defined() ? amax : amin).scalar_type() == at::kShort;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "cmpnn_bwd", [&] {
-    backward_impl<scalar_t>(x, w, ewt, mt, t_indptr.contiguous(), t_eid.contiguous(),
-                            t_dst.contiguous(), t_rel.contiguous(), gs, gq, gmx, gmn,
-                            amax.contiguous(), amin.contiguous(), gx, gw, gew);
+    if (short_arg)
+      backward_impl<scalar_t, int16_t>(x, w, ewt, mt, t_indptr.contiguous(), t_eid.contiguous(),
+                                       t_dst.contiguous(), t_rel.contiguous(),
+                                       t_pos.contiguous(), gs, gq, gmx, gmn, amax.contiguous(),
+                                       amin.contiguous(), gx, gw, gew);
+    else
+      backward_impl<scalar_t, int32_t>(x, w, ewt, mt, t_indptr.contiguous(), t_eid.contiguous(),
+                                       t_dst.contiguous(), t_rel.contiguous(),
+                                       t_pos.contiguous(), gs, gq, gmx, gmn, amax.contiguous(),
+                                       amin.contiguous(), gx, gw, gew);
   });
   auto none = at::empty({0}, x.options());
   return {need_x ? gx : none, need_w ? gw : none, gew.defined() ? gew : none};
@@ -370,11 +390,12 @@ std::tuple<Tensor, Tensor, Tensor> backward(
 TORCH_LIBRARY(cmpnn_cpu, m) {
   m.def(
       "forward(Tensor x, Tensor w, Tensor? ew, Tensor? mask, Tensor indptr, Tensor src, "
-      "Tensor rel, bool do_sum, bool do_sq, bool do_max, bool do_min, bool need_arg) -> "
+      "Tensor rel, bool do_sum, bool do_sq, bool do_max, bool do_min, bool need_arg, "
+      "bool short_arg) -> "
       "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def(
       "backward(Tensor x, Tensor w, Tensor? ew, Tensor? mask, Tensor t_indptr, Tensor t_eid, "
-      "Tensor t_dst, Tensor t_rel, Tensor? g_sum, Tensor? g_sq, Tensor? g_max, Tensor? g_min, "
+      "Tensor t_dst, Tensor t_rel, Tensor t_pos, Tensor? g_sum, Tensor? g_sq, Tensor? g_max, Tensor? g_min, "
       "Tensor amax, Tensor amin, bool need_x, bool need_w, bool need_ew) -> "
       "(Tensor, Tensor, Tensor)");
 }
