@@ -84,6 +84,10 @@ def test_cpu_threads_hub_and_isolated_nodes(threads):
     rels = rng.integers(0, 4, len(heads))
     graph = graph_from_triples(n, 4, np.stack([heads, rels, tails], 1), add_inverse=False)
     assert int(graph.in_degree()[0]) > 90_000 and int((graph.in_degree() == 0).sum()) >= 90
+    from cmpnn_dist.ops.cpu import short_positions
+
+    # the hub's in-edge positions need int32; every other test graph records int16 ones
+    assert not short_positions(graph) and short_positions(_graph())
     x, rel, ew, mask = _inputs(graph, 2, 8, False, "shared", True, dtype=torch.float32)
     gen = torch.Generator().manual_seed(7)
     g = {a: torch.randn(x.shape, generator=gen) for a in AGGS}
