@@ -192,8 +192,10 @@ class PrunedPropagation(nn.Module):
         kernel = compiled_cpu() if self.compiled_select and keys.device.type == "cpu" else None
         if kernel is not None:
             s_keys = kernel.select_senders(keys, prio, n, batch, ctx["k"])
+            if ctx["edge_mask"] is not None and "out_mask" not in ctx:  # read in out order
+                ctx["out_mask"] = ctx["edge_mask"].index_select(0, out_index(graph)[1])
             owner, edge, e_b, r_keys, rel = kernel.select_out_edges(
-                s_keys, n, batch, out_index(graph), ctx["edge_mask"], ctx["slot"], prio,
+                s_keys, n, batch, out_index(graph), ctx.get("out_mask"), ctx["slot"], prio,
                 ctx["const"], ctx["e"], graph.num_relations,
             )  # fmt: skip
             return s_keys, owner, edge, e_b, r_keys, rel
@@ -300,7 +302,8 @@ def _merge(ctx: dict, name: str, old: Tensor, rows: Tensor, new: Tensor, size: i
     copying all M visited ones."""
     if torch.is_grad_enabled():
         pad = old.new_zeros((size - old.shape[0], *old.shape[1:]), dtype=new.dtype)
-        return torch.cat([old.to(new.dtype), pad]).index_put((rows,), new)
+        # in place on cat's fresh output (cat's backward needs no saved output): one copy
+        return torch.cat([old.to(new.dtype), pad]).index_put_((rows,), new)
     buf = ctx.get(name)
     if (
         buf is None

@@ -187,7 +187,8 @@ def select_out_edges(
     """The top-``e`` out-edges per query of senders ``s_keys`` (int64 [S], sorted keys).
 
     Args: ``out_index`` = (out_ptr [N+1], out_edge, out_dst, out_rel [E]) by source;
-    ``edge_mask`` bool [E] or None; ``slot`` int32 / int64 [B n]: the row of a visited key in
+    ``edge_mask`` bool [E] in ``out_index`` order (``mask[out_edge]``, so that it is read
+    sequentially) or None; ``slot`` int32 / int64 [B n]: the row of a visited key in
     ``score`` (float [M]), else -1 (then ``const_score[b]``, float [B]).  Returns ``(owner,
     edge, query, r_key, rel)`` int64 [C] (rel = ``b * num_relations + r``), grouped by sender,
     then in ``out_index`` order: the edges the torch path of

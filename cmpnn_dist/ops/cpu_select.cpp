@@ -9,7 +9,8 @@
 // senders(keys [M], score [M], n, batch, k) -> sorted int64 keys of the kept (query, node)
 //   pairs: per query b (= key / n) its top-k rows (rows in input order).
 // out_edges(s_keys [S] sorted, n, batch, out_ptr [N+1], out_edge / out_dst / out_rel [E],
-//   mask bool [E]?, slot [B N] int32 or int64 (row or -1), score [M], const_score [B], e,
+//   mask bool [E]? (in out_ptr order: the edge at out position p is kept when mask[p]; read
+//   sequentially), slot [B N] int32 or int64 (row or -1), score [M], const_score [B], e,
 //   num_relations) -> (owner, edge, query, r_key, rel) int64 [C]: every out-edge of every
 //   sender (kept by mask), the receiver scored by score[slot[r_key]] (or const_score[b] when
 //   unvisited), the top-e per query; grouped by sender in input order, then by out_ptr order.
@@ -116,7 +117,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> out_edges_impl(
       for (int64_t i = first[b]; i < first[b + 1]; ++i) {
         const int64_t v = sk[i] - b * n;
         for (int64_t p = ptr[v]; p < ptr[v + 1]; ++p) {
-          if (mp != nullptr && !mp[oe[p]]) continue;
+          if (mp != nullptr && !mp[p]) continue;
           const int64_t row = static_cast<int64_t>(sl[b * n + od[p]]);
           ow.push_back(i);
           ps.push_back(p);
