@@ -183,6 +183,9 @@ def run(args: argparse.Namespace, save=None) -> dict:
     """Time every config; ``save(result)`` after every round (a run cut short keeps the
     medians of the rounds it finished)."""
     dev = args.device
+    # the code that runs: read before this run writes its own results files (which would mark
+    # the tree dirty)
+    args.commit = git_commit("--short=12", mark_dirty=True)
     t0 = time.perf_counter()
     data = build_graph(args.graph, args.hetionet_raw)
     graph = graph_from_triples(data["num_nodes"], data["num_relations"], data["facts"]).to(dev)
@@ -310,7 +313,7 @@ def summarise(
         "rss_after_graph_gb": round(rss_data / 1e9, 3),
         "configs": out,
         "loadavg": [round(x, 2) for x in os.getloadavg()],
-        "commit": git_commit("--short=12", mark_dirty=True),
+        "commit": args.commit,
         "when_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
         "command": "python benchmarks/pruned_speed.py " + " ".join(sys.argv[1:]),
     }
