@@ -26,6 +26,7 @@ measured ranking seconds per query x 2 x 162,870.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -40,7 +41,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.message_passing import RssPeak  # noqa: E402
-from cmpnn_dist.config import ModelConfig, OpsConfig  # noqa: E402
+from cmpnn_dist.config import ModelConfig, OpsConfig, PruneConfig  # noqa: E402
 from cmpnn_dist.evaluation import metrics_of, rank_split  # noqa: E402
 from cmpnn_dist.model import CMPNN  # noqa: E402
 
@@ -126,6 +127,12 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="cpu | cuda")
     ap.add_argument("--impl", default="reference", help="ops.impl (auto: fused on CUDA)")
     ap.add_argument("--out", default=None)
+    ap.add_argument(
+        "--node-ratio",
+        type=float,
+        default=None,
+        help="pruned propagation at this node ratio (model.propagation=pruned); default dense",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
@@ -139,6 +146,10 @@ def main() -> None:
     negatives = ogb_like_negatives(facts, types, 500)
     torch.manual_seed(0)
     cfg = ModelConfig(num_layers=6, hidden_dim=32, decoder_hidden_dim=32, aggregate="sum")
+    if args.node_ratio is not None:
+        cfg = dataclasses.replace(
+            cfg, propagation="pruned", prune=PruneConfig(node_ratio=args.node_ratio)
+        )
     device = torch.device(args.device)
     model = TimedModel(CMPNN(cfg, R, OpsConfig(impl=args.impl)).to(device))
     full_groups = num_groups(split.queries, R)
@@ -208,7 +219,12 @@ def main() -> None:
         "num_nodes": N,
         "num_relations": R,
         "num_train_facts": int(len(data.train.queries)),
-        "model": f"C-MPNN 6 x 32, sum, MSG 1, INIT 2, decoder 32 (biokg preset), ops {args.impl}",
+        "model": f"C-MPNN 6 x 32, sum, MSG 1, INIT 2, decoder 32 (biokg preset), ops {args.impl}"
+        + (
+            f", pruned propagation node_ratio {args.node_ratio}"
+            if args.node_ratio is not None
+            else ""
+        ),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "eval_batch_groups": args.batch,
         "test_facts_ranked_per_protocol": int(len(facts)),
