@@ -180,7 +180,10 @@ class PrunedPropagation(nn.Module):
                 ctx["edge_weight"] = layer_weights[t]
             keys, h, prio = self._layer(layer, ctx, keys, h, prio)
         const = model.decoder(z_q.new_zeros(batch, 1, z_q.shape[1]), z_q)  # [B, 1]
-        visited = model.decoder.rows(h, z_q.to(h.dtype), keys // n)
+        if self.priority is None:  # prio = decoder(h, z_q) of every visited row's latest state
+            visited = prio
+        else:
+            visited = model.decoder.rows(h, z_q.to(h.dtype), keys // n)
         flat = const.repeat(1, n).reshape(-1).to(visited.dtype)
         return flat.index_put((keys,), visited).view(batch, n)
 
