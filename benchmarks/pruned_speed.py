@@ -335,6 +335,9 @@ def to_markdown(res: dict, dev: str) -> str:
         "`eval rounds` (per graph, below the table)",
         "- edges / nodes per layer: per query, each layer (pruned: the packed subgraph; "
         "dense: every kept edge, every node); peak = process RSS (CPU) or CUDA max allocated",
+    ]
+    lines += [f"- {note}" for note in res.get("notes", [])]  # kept in the JSON across runs
+    lines += [
         "",
         f"| graph | config | train {unit}/query | x vs dense | eval {unit}/query | x vs dense "
         "| peak GB (+increase) | edges per layer | epoch h | full test h | grouped test h "
