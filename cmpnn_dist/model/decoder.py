@@ -21,16 +21,19 @@ class Decoder(nn.Module):
 
     def forward(self, h: Tensor, z_q: Tensor) -> Tensor:
         """Args: h float [B, N, d] (h^(T)); z_q float [B, d].  Returns: logits float [B, N]."""
-        w = self.hidden.weight
-        query_part = F.linear(z_q, w[:, self.dim :], self.hidden.bias)  # [B, H]
-        hidden = F.linear(h, w[:, : self.dim]) + query_part.unsqueeze(1)
-        return self.out(F.relu(hidden)).squeeze(-1)
+        return self._logits(h, self._query_part(z_q).unsqueeze(1))
 
     def rows(self, h: Tensor, z_q: Tensor, query: Tensor) -> Tensor:
         """Logits float [M] of M (query, node) rows: h float [M, d] (their states), z_q float
         [B, d], query int64 [M] (each row's query); W_a^z z_q + c_a once per query, not per
         row (pruned propagation's priorities and its final scores)."""
-        w = self.hidden.weight
-        query_part = F.linear(z_q, w[:, self.dim :], self.hidden.bias)  # [B, H]
-        hidden = F.linear(h, w[:, : self.dim]) + query_part.index_select(0, query)
+        return self._logits(h, self._query_part(z_q).index_select(0, query))
+
+    def _query_part(self, z_q: Tensor) -> Tensor:
+        """W_a^z z_q + c_a, float [B, H]."""
+        return F.linear(z_q, self.hidden.weight[:, self.dim :], self.hidden.bias)
+
+    def _logits(self, h: Tensor, query_part: Tensor) -> Tensor:
+        """W_b ReLU(W_a^h h + query_part) + c_b, with query_part broadcast against h's rows."""
+        hidden = F.linear(h, self.hidden.weight[:, : self.dim]) + query_part
         return self.out(F.relu(hidden)).squeeze(-1)

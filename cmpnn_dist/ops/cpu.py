@@ -58,7 +58,7 @@ def transposed(graph: Graph) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
 def short_positions(graph: Graph) -> bool:
     """Whether max / min record their in-edge positions as int16 (every in-degree < 2^15)."""
     if "cpu_short_positions" not in graph._cache:
-        degree = graph.indptr[1:] - graph.indptr[:-1]
+        degree = graph.in_degree()
         graph._cache["cpu_short_positions"] = bool(degree.numel() == 0 or degree.max() < 2**15 - 1)
     return graph._cache["cpu_short_positions"]
 
