@@ -55,20 +55,28 @@ from cmpnn_dist.model import CMPNN  # noqa: E402
 from cmpnn_dist.training.loss import self_adversarial_bce  # noqa: E402
 
 TEST_FACTS = {"biokg": 162_870, "hetionet": 225_020, "wikikg2": 429_456, "small": 1_000}
-# (node, relation) queries the test rankings group into (one forward each), where counted:
-# synthetic:biokg_scale's test split (benchmarks/eval_throughput.py, results/eval_throughput_cpu.md)
-TEST_GROUPS = {"biokg": 199_767}
 
 
 def build_graph(name: str, hetionet_raw: str | None) -> dict:
     """-> {"facts" [F, 3] training facts, "num_nodes", "num_relations", "node_type" [N],
-    "layers"}."""
+    "layers", "test_groups": the (node, relation) queries the generated test split's rankings
+    group into (one forward each; None where the graph has no test split here)}."""
     if name in ("biokg", "small"):
+        from eval_throughput import num_groups
+
         from cmpnn_dist.convert.synthetic.biokg_scale import generate
 
         g = generate({"scale": 0.01} if name == "small" else None)
         facts, types = g["facts"]["train"], np.asarray(g["node_types"])
-        return dict(facts=facts, num_nodes=len(types), num_relations=51, node_type=types, layers=6)
+        groups = num_groups(torch.from_numpy(np.asarray(g["facts"]["test"], np.int64)), 51)
+        return dict(
+            facts=facts,
+            num_nodes=len(types),
+            num_relations=51,
+            node_type=types,
+            layers=6,
+            test_groups=groups,
+        )
     if name == "hetionet":
         from cmpnn_dist.convert.synthetic.hetionet_schema import generate
 
@@ -282,9 +290,7 @@ def summarise(
             "epoch_hours": round(f_train * cost / 3600, 2),
             "test_hours": round(2 * tests * ecost / 3600, 2),
             "test_hours_grouped": (
-                round(TEST_GROUPS[args.graph] * ecost / 3600, 2)
-                if args.graph in TEST_GROUPS
-                else None
+                round(data["test_groups"] * ecost / 3600, 2) if data.get("test_groups") else None
             ),
         }
     dense = out.get("dense")
