@@ -1,0 +1,153 @@
+"""Where a pruned (or dense) training step spends its time: torch.profiler tables, the phases
+(forward / backward / optimizer) timed apart, and the host syncs counted (CUDA).
+
+The graphs, batches and models are :mod:`pruned_speed`'s (same seeds).  Per config: ``--warmup``
+untimed steps, then ``--steps`` steps timed by phase (synchronised on CUDA) and one more step
+under ``torch.profiler``; on CUDA the steps also run under ``torch.cuda.set_sync_debug_mode``
+so every host sync is counted with the line of this package that caused it.
+
+    python benchmarks/pruned_profile.py --graph biokg --device cuda --ratios dense 0.02
+    python benchmarks/pruned_profile.py --graph small --ratios 0.1        # CPU smoke run
+
+Writes ``<out>/pruned_profile_<device>.txt`` (tables) and ``.json`` (phases, syncs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import statistics
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from pruned_speed import Batches, build_graph, make_model  # noqa: E402
+from provenance import git_commit  # noqa: E402
+
+from cmpnn_dist.graph import graph_from_triples  # noqa: E402
+from cmpnn_dist.training.loss import self_adversarial_bce  # noqa: E402
+
+
+def sync(dev: str) -> None:
+    if dev == "cuda":
+        torch.cuda.synchronize()
+
+
+def phases(model, opt, graph, q, neg, mask, dev: str) -> dict:
+    """Wall seconds of forward (+ loss), backward and optimizer of one training step."""
+    out = {}
+    sync(dev)
+    t = time.perf_counter()
+    logits = model(graph, q[:, 0], q[:, 1], mask)
+    loss = self_adversarial_bce(logits.gather(1, q[:, 2:3]).squeeze(1), logits.gather(1, neg), 0.5)
+    sync(dev)
+    out["forward"] = time.perf_counter() - t
+    t = time.perf_counter()
+    loss.backward()
+    sync(dev)
+    out["backward"] = time.perf_counter() - t
+    t = time.perf_counter()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    sync(dev)
+    out["optimizer"] = time.perf_counter() - t
+    return out
+
+
+def count_syncs(fn, dev: str) -> collections.Counter:
+    """Host syncs of ``fn()`` by the innermost cmpnn_dist frame that caused them (CUDA)."""
+    found: collections.Counter = collections.Counter()
+    if dev != "cuda":
+        fn()
+        return found
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    for w in caught:
+        if "synchroniz" not in str(w.message):
+            continue
+        frames = [f for f in traceback.extract_stack() if "cmpnn_dist" in f.filename]
+        where = f"{Path(w.filename).name}:{w.lineno}"
+        found[where if not frames else f"{Path(frames[-1].filename).name}:{frames[-1].lineno}"] += 1
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--graph", choices=["biokg", "hetionet", "wikikg2", "small"], default="small")
+    p.add_argument("--ratios", nargs="+", default=["dense", "0.02"])
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--dim", type=int, default=32)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--rows", type=int, default=30, help="rows per profiler table")
+    p.add_argument("--hetionet-raw", default="/work/shared/data/hetionet")
+    p.add_argument("--out", default=str(HERE / "results"))
+    args = p.parse_args(argv)
+    dev = args.device
+    commit = git_commit("--short=12", mark_dirty=True)
+    data = build_graph(args.graph, args.hetionet_raw)
+    graph = graph_from_triples(data["num_nodes"], data["num_relations"], data["facts"]).to(dev)
+    batches = Batches(data, data["num_relations"])
+    text, result = [], {"graph": args.graph, "device": dev, "commit": commit, "configs": {}}
+    if dev == "cuda":
+        result["card"] = torch.cuda.get_device_name()
+    for ratio in args.ratios:
+        model = make_model(ratio, data, args.dim, dev).train()
+        opt = torch.optim.Adam(model.parameters(), lr=2e-4)
+
+        def draw():
+            q, neg = batches.draw(args.batch, 32)
+            q, neg = q.to(dev), neg.to(dev)
+            return q, neg, graph.query_edge_mask(q, "one_hop")
+
+        for _ in range(args.warmup):
+            phases(model, opt, graph, *draw(), dev)
+        timed = [phases(model, opt, graph, *draw(), dev) for _ in range(args.steps)]
+        q, neg, mask = draw()
+        syncs = count_syncs(lambda: phases(model, opt, graph, q, neg, mask, dev), dev)
+        acts = [torch.profiler.ProfilerActivity.CPU]
+        if dev == "cuda":
+            acts.append(torch.profiler.ProfilerActivity.CUDA)
+        q, neg, mask = draw()
+        with torch.profiler.profile(activities=acts) as prof:
+            phases(model, opt, graph, q, neg, mask, dev)
+        med = {k: statistics.median(t[k] for t in timed) for k in timed[0]}
+        result["configs"][ratio] = {
+            "phases_wall_s": med,
+            "step_wall_s": sum(med.values()),
+            "syncs": dict(syncs.most_common()),
+            "sync_total": sum(syncs.values()),
+        }
+        head = f"== {args.graph} {ratio} on {dev}: " + ", ".join(
+            f"{k} {v * 1e3:.1f} ms" for k, v in med.items()
+        )
+        text += [head, f"host syncs per step: {sum(syncs.values())} {dict(syncs.most_common(12))}"]
+        sort_keys = ["self_cpu_time_total"] + (["self_cuda_time_total"] if dev == "cuda" else [])
+        for key in sort_keys:
+            text += [f"-- by {key}", prof.key_averages().table(sort_by=key, row_limit=args.rows)]
+        print("\n".join(text[-2 - 2 * len(sort_keys) :]), flush=True)
+        del model, opt
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"pruned_profile_{dev}.txt").write_text("\n".join(text) + "\n")
+    (out / f"pruned_profile_{dev}.json").write_text(json.dumps(result, indent=1) + "\n")
+    for ratio, c in result["configs"].items():
+        print(f"{ratio}: step {c['step_wall_s'] * 1e3:.1f} ms, syncs {c['sync_total']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
