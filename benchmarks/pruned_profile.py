@@ -28,8 +28,8 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from pruned_speed import Batches, build_graph, make_model  # noqa: E402
 from provenance import git_commit  # noqa: E402
+from pruned_speed import Batches, build_graph, make_model  # noqa: E402
 
 from cmpnn_dist.graph import graph_from_triples  # noqa: E402
 from cmpnn_dist.training.loss import self_adversarial_bce  # noqa: E402
@@ -61,17 +61,17 @@ def phases(model, opt, graph, q, neg, mask, dev: str) -> dict:
     return out
 
 
-def count_syncs(fn, dev: str) -> collections.Counter:
-    """Host syncs of ``fn()`` by the innermost cmpnn_dist frame that caused them (CUDA)."""
+def count_syncs(fn, args: tuple, dev: str) -> collections.Counter:
+    """Host syncs of ``fn(*args)`` by the innermost cmpnn_dist frame that caused them (CUDA)."""
     found: collections.Counter = collections.Counter()
     if dev != "cuda":
-        fn()
+        fn(*args)
         return found
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            fn()
+            fn(*args)
         finally:
             torch.cuda.set_sync_debug_mode("default")
     for w in caught:
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             phases(model, opt, graph, *draw(), dev)
         timed = [phases(model, opt, graph, *draw(), dev) for _ in range(args.steps)]
         q, neg, mask = draw()
-        syncs = count_syncs(lambda: phases(model, opt, graph, q, neg, mask, dev), dev)
+        syncs = count_syncs(phases, (model, opt, graph, q, neg, mask, dev), dev)
         acts = [torch.profiler.ProfilerActivity.CPU]
         if dev == "cuda":
             acts.append(torch.profiler.ProfilerActivity.CUDA)
@@ -139,7 +139,6 @@ def main(argv: list[str] | None = None) -> int:
         for key in sort_keys:
             text += [f"-- by {key}", prof.key_averages().table(sort_by=key, row_limit=args.rows)]
         print("\n".join(text[-2 - 2 * len(sort_keys) :]), flush=True)
-        del model, opt
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"pruned_profile_{dev}.txt").write_text("\n".join(text) + "\n")
