@@ -67,19 +67,26 @@ def count_syncs(fn, args: tuple, dev: str) -> collections.Counter:
     if dev != "cuda":
         fn(*args)
         return found
-    with warnings.catch_warnings(record=True) as caught:
+
+    def hook(message, category, filename, lineno, file=None, line=None):
+        if "synchroniz" not in str(message):
+            return
+        frames = [f for f in traceback.extract_stack() if "cmpnn_dist" in f.filename]
+        where = frames[-1] if frames else None
+        found[
+            f"{Path(where.filename).name}:{where.lineno}"
+            if where
+            else f"{Path(filename).name}:{lineno}"
+        ] += 1
+
+    with warnings.catch_warnings():
         warnings.simplefilter("always")
+        warnings.showwarning = hook
         torch.cuda.set_sync_debug_mode("warn")
         try:
             fn(*args)
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    for w in caught:
-        if "synchroniz" not in str(w.message):
-            continue
-        frames = [f for f in traceback.extract_stack() if "cmpnn_dist" in f.filename]
-        where = f"{Path(w.filename).name}:{w.lineno}"
-        found[where if not frames else f"{Path(frames[-1].filename).name}:{frames[-1].lineno}"] += 1
     return found
 
 
