@@ -16,7 +16,8 @@ cap() { local left=$(( END - $(date +%s) - 10 )); (( left < $1 )) && echo $(( le
 python -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())" \
   > "$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
 if [[ " ${STEPS:-tests profile speed} " == *" tests "* ]]; then
-  CMPNN_TRITON_AUTOTUNE=0 timeout "$(cap 90)" python -m pytest -q -p no:cacheprovider -m gpu tests \
+  CMPNN_TRITON_AUTOTUNE=0 timeout "$(cap 90)" python -m pytest -q -p no:cacheprovider \
+    --continue-on-collection-errors -m gpu tests \
     > "$OUT/pytest_gpu.txt" 2>&1
   echo "pytest -m gpu rc=$?"; tail -3 "$OUT/pytest_gpu.txt"
 fi
@@ -26,9 +27,11 @@ if [[ " ${STEPS:-tests profile speed} " == *" profile "* ]]; then
   echo "pruned_profile rc=$?"; grep -v USDT "$OUT/profile.log" | grep '^==\|^host\|step' | cut -c1-400
 fi
 if [[ " ${STEPS:-tests profile speed} " == *" speed "* ]]; then
-  timeout "$(cap 150)" python benchmarks/pruned_speed.py --graph biokg --device cuda \
-    --ratios ${SPEED_RATIOS:-dense 0.02 0.005} --rounds 3 --eval-rounds 3 --out "$OUT" \
-    > "$OUT/speed.log" 2>&1
-  echo "pruned_speed rc=$?"; grep '^biokg' "$OUT/speed.log" | tail -4
+  for b in ${SPEED_BATCHES:-8}; do  # one results entry per batch size (biokg-b<B>)
+    timeout "$(cap 150)" python benchmarks/pruned_speed.py --graph biokg --device cuda \
+      --ratios ${SPEED_RATIOS:-dense 0.02 0.005} --rounds 3 --eval-rounds 3 --out "$OUT" \
+      --batch "$b" --eval-batch "$(( b > 16 ? b : 16 ))" --label "biokg-b$b" >> "$OUT/speed.log" 2>&1
+    echo "pruned_speed B=$b rc=$?"; grep '^biokg' "$OUT/speed.log" | tail -3
+  done
 fi
 ls -la "$OUT"

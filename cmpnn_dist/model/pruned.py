@@ -251,9 +251,13 @@ class PrunedPropagation(nn.Module):
         )
         rows = slot[node_keys].long()
         found = rows >= 0
-        h_p = torch.where(found.unsqueeze(1), h[rows.clamp(min=0)], h.new_zeros(()))
+        # visited rows gathered with index_select (backward: index_add over unique rows), not
+        # h[rows.clamp(min=0)] (backward: an accumulating index_put whose clamped rows all hit
+        # row 0: on CUDA 80 % of a training step in its duplicate-serialising kernel)
+        at = found.nonzero().squeeze(1)
+        h_p = h.new_zeros(num, h.shape[1]).index_copy(0, at, h.index_select(0, rows[at]))
         p_b = node_keys // n
-        sig = torch.sigmoid(prio[slot[s_keys].long()])
+        sig = torch.sigmoid(prio.index_select(0, slot.index_select(0, s_keys).long()))
         gate_s = sig if ctx["gated"] else 1 + (sig - sig.detach())
         gate = h_p.new_ones(num).index_put((s_rows,), gate_s.to(h_p.dtype))
         message, relation = layer.message(z_q)
@@ -275,12 +279,13 @@ class PrunedPropagation(nn.Module):
         if self.history == "t":
             hist = h_p
         else:
-            at_head = node_keys == ctx["head_keys"][p_b]
-            hist = torch.where(at_head.unsqueeze(1), ctx["head"][p_b], h_p.new_zeros(()))
+            at_head = (node_keys == ctx["head_keys"].index_select(0, p_b)).nonzero().squeeze(1)
+            head = ctx["head"].index_select(0, p_b.index_select(0, at_head)).to(h_p.dtype)
+            hist = h_p.new_zeros(h_p.shape).index_copy(0, at_head, head)
         pre = layer._combine(hist.unsqueeze(1), raw)  # [P, 1, d]
         glob = _readout(layer.readout, ctx["node_sets"], keys, keys // n, h, batch)
         if glob is not None:
-            pre = pre + glob[p_b].unsqueeze(1)
+            pre = pre + glob.index_select(0, p_b).unsqueeze(1)
         out = torch.relu(layer.norm(pre)).squeeze(1)
         if layer.shortcut:
             out = out + h_p
