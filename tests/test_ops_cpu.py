@@ -74,6 +74,24 @@ def test_cpu_matches_naive(per_query, weights, masked, aggs):
         torch.testing.assert_close(gg, wg, msg=f"grad {name}")
 
 
+@pytest.mark.parametrize("batch, dim", [(2, 3), (1024, 64)])
+def test_cpu_max_min_backward_both_row_widths(batch, dim):
+    """max / min gradients against the oracle through both backward paths: the per-edge win
+    lists (B d < 2^16) and the dense blend of wide rows (B d = 65,536); node 4 has one in-edge,
+    which attains both its max and its min."""
+    facts = np.array([(0, 0, 1), (2, 1, 1), (3, 0, 1), (1, 1, 2), (3, 1, 2), (2, 0, 4)])
+    graph = graph_from_triples(5, 2, facts)
+    x, rel, _, _ = _inputs(graph, batch, dim, True, None, False, dtype=torch.float32)
+    gen = torch.Generator().manual_seed(3)
+    g = {a: torch.randn(x.shape, generator=gen) for a in ("max", "min")}
+    want, want_grads = _run("naive", graph, x, rel, None, None, ("max", "min"), g)
+    got, got_grads = _run("cpu", graph, x, rel, None, None, ("max", "min"), g)
+    for a in ("max", "min"):
+        torch.testing.assert_close(got[a], want[a])
+    for gg, wg in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(gg, wg)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_cpu_threads_hub_and_isolated_nodes(threads):
     """A node with 10^5 in-edges, nodes without any, 1 and 2 threads: same as the oracle."""

@@ -90,7 +90,7 @@ class _MulPropagate(torch.autograd.Function):
             return None, None, None, *none4
         g = {a: t.to(x.dtype).contiguous() for a, t in g.items()}
         gx, gw, gew = torch.ops.cmpnn_cpu.backward(
-            x, w, ew, mask, *transposed(ctx.graph),
+            x, w, ew, mask, ctx.graph.indptr, *transposed(ctx.graph),
             g.get("sum"), g.get("sumsq"), g.get("max"), g.get("min"), amax, amin,
             need_x, need_w, need_ew and ew is not None,
         )  # fmt: skip

@@ -5,13 +5,16 @@
 //   m_e[b, k] = x[src_e, b, k] * w[rel_e, b or 0, k] * ew[e, b or 0]     (ew optional)
 //   sum[v] = sum_e m_e   sumsq[v] = sum_e m_e^2   max[v] / min[v] with the position of the
 //   in-edge attaining it (e - indptr[v]; the first in CSR order), degree[v] = #kept in-edges.
-//   Positions are int16 when every in-degree is below 2^15 (half the bytes of int32 that the
-//   backward reads per edge and element), else int32.
+//   Positions are int16 when every in-degree is below 2^15 (half the bytes of int32), else
+//   int32.
 //
 // Backward, for each source s and each kept out-edge e = (s -> v, rel r):
 //   gm = g_sum[v] + 2 m_e g_sumsq[v] + [argmax[v] == pos_e] g_max[v] + [argmin[v] == pos_e] g_min[v]
 //   d ew[e] = <gm, u_e> (u_e = x[s] * w[r]),  gu = ew[e] gm,
 //   d x[s] += gu * w[r] (reduced in registers, written once),  d w[r] += gu * x[s] (per thread).
+// Without edge weights (the common case) the sum / sumsq part runs as one fused pass and the
+// max / min part through per-edge lists of the elements each edge attains and their gradients
+// (build_wins), so an edge reads two gradient rows, not six rows of gradients and positions.
 //
 // Compute is in opmath (float32 for bfloat16 / float16 / float32, float64 for float64).
 // Parallel over balanced row ranges with at::parallel_for (torch's OpenMP pool).
@@ -23,6 +26,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
 #include <torch/library.h>
 
@@ -205,9 +209,106 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> forward(
   return {sum, sq, mx, mn, amax, amin, degree};
 }
 
+// One kept out-edge (s -> v) without edge weights, the dense part of its gradient in one pass
+// over the B*d elements (g in registers, no scratch rows):
+//   g = g_sum[v] + 2 x w g_sumsq[v],   gxa += g * w,   gwa += g * x
+// (gwa: w's gradient row, [d] summed over b when wb == 1).  The flags are template arguments
+// so that the loop has no branch and vectorises.
+template <bool GS, bool GQ, typename scalar_t, typename acc_t>
+inline void edge_grad(int64_t nb, int64_t d, bool wb1, const acc_t* __restrict__ xf,
+                      const scalar_t* __restrict__ wr, const scalar_t* __restrict__ gs,
+                      const scalar_t* __restrict__ gq, acc_t* __restrict__ gxa,
+                      acc_t* __restrict__ gwa) {
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t ob = b * d;
+    const scalar_t* wb = wb1 ? wr : wr + ob;
+    acc_t* gw_b = wb1 ? gwa : gwa + ob;
+    for (int64_t k = 0; k < d; ++k) {
+      const acc_t w = acc_t(wb[k]), x = xf[ob + k];
+      acc_t g = 0;
+      if constexpr (GS) g += acc_t(gs[ob + k]);
+      if constexpr (GQ) g += 2 * x * w * acc_t(gq[ob + k]);
+      gxa[ob + k] += g * w;
+      gw_b[k] += g * x;
+    }
+  }
+}
+
+template <typename scalar_t, typename acc_t>
+using EdgeGrad = void (*)(int64_t, int64_t, bool, const acc_t*, const scalar_t*, const scalar_t*,
+                          const scalar_t*, acc_t*, acc_t*);
+
+template <typename scalar_t, typename acc_t>
+EdgeGrad<scalar_t, acc_t> pick_edge_grad(bool gs, bool gq) {
+  if (gs) return gq ? &edge_grad<true, true, scalar_t, acc_t> : &edge_grad<true, false, scalar_t, acc_t>;
+  return gq ? &edge_grad<false, true, scalar_t, acc_t> : &edge_grad<false, false, scalar_t, acc_t>;
+}
+
+// max / min backward through per-edge *win lists* (edges without weights).  Element i of
+// destination v's max (min) came from in-edge e = indptr[v] + amax[v, i] (amin); the list of
+// edge e, wins[ptr[e] .. ptr[e+1]), holds the elements it attains with their gradients,
+// (i, g_max[v, i]) or (i, g_min[v, i]).  Built over the destination CSR (the gradient rows read
+// in order; each destination's entries inside its own edge range, so no write is shared
+// between threads).  The source pass then reads about 2 B d / deg(v) entries per edge instead
+// of the g_max, g_min, argmax and argmin rows that a dense blend reads for every edge.
+template <typename acc_t>
+struct Win {
+  uint16_t i, k;  // the element b d + k and its column (B d < 2^16: see kMaxWinRow)
+  acc_t g;
+};
+constexpr int64_t kMaxWinRow = 1 << 16;
+
+// Returns (ptr int64 [E + 1], wins: bytes of the Win entries); torch's allocator (huge pages
+// with THP_MEM_ALLOC_ENABLE) and no zero-filling of the entries.
+template <typename scalar_t, typename arg_t, typename acc_t>
+std::pair<Tensor, Tensor> build_wins(const int64_t* ip, int64_t n, int64_t d, int64_t bd,
+                                     const scalar_t* gmx, const arg_t* amx, const scalar_t* gmn,
+                                     const arg_t* amn) {
+  const int64_t num_edges = ip[n];
+  Tensor ptr_t = at::zeros({num_edges + 1}, at::TensorOptions().dtype(at::kLong));
+  int64_t* ptr = ptr_t.data_ptr<int64_t>();
+  const auto cut = balanced(ip, n, num_parts(n));
+  const int64_t parts = static_cast<int64_t>(cut.size()) - 1;
+  at::parallel_for(0, parts, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t v = cut[p0]; v < cut[p1]; ++v) {
+      int64_t* count = ptr + ip[v] + 1;
+      for (const arg_t* a : {amx, amn}) {
+        if (a == nullptr) continue;
+        for (int64_t i = 0; i < bd; ++i) {
+          const arg_t pos = a[v * bd + i];
+          if (pos >= 0) ++count[pos];
+        }
+      }
+    }
+  });
+  for (int64_t e = 0; e < num_edges; ++e) ptr[e + 1] += ptr[e];
+  Tensor wins_t = at::empty({ptr[num_edges] * static_cast<int64_t>(sizeof(Win<acc_t>))},
+                            at::TensorOptions().dtype(at::kByte));
+  auto* wins = reinterpret_cast<Win<acc_t>*>(wins_t.data_ptr<uint8_t>());
+  at::parallel_for(0, parts, 1, [&](int64_t p0, int64_t p1) {
+    std::vector<int64_t> next;
+    for (int64_t v = cut[p0]; v < cut[p1]; ++v) {
+      if (ip[v] == ip[v + 1]) continue;
+      next.assign(ptr + ip[v], ptr + ip[v + 1]);
+      for (int side = 0; side < 2; ++side) {
+        const arg_t* a = side == 0 ? amx : amn;
+        const scalar_t* g = side == 0 ? gmx : gmn;
+        if (a == nullptr) continue;
+        for (int64_t i = 0, k = 0; i < bd; ++i, k = k + 1 == d ? 0 : k + 1) {
+          const arg_t pos = a[v * bd + i];
+          if (pos >= 0)
+            wins[next[pos]++] = {static_cast<uint16_t>(i), static_cast<uint16_t>(k),
+                                 acc_t(g[v * bd + i])};
+        }
+      }
+    }
+  });
+  return {ptr_t, wins_t};
+}
+
 template <typename scalar_t, typename arg_t>
 void backward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Tensor& mask,
-                   const Tensor& t_indptr, const Tensor& t_eid, const Tensor& t_dst,
+                   const Tensor& indptr, const Tensor& t_indptr, const Tensor& t_eid, const Tensor& t_dst,
                    const Tensor& t_rel, const Tensor& t_pos, const Tensor& g_sum, const Tensor& g_sq,
                    const Tensor& g_max, const Tensor& g_min, const Tensor& amax,
                    const Tensor& amin, Tensor& gx, Tensor& gw, Tensor& gew) {
@@ -232,6 +333,16 @@ void backward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Ten
   scalar_t* gxp = gx.defined() ? gx.data_ptr<scalar_t>() : nullptr;
   acc_t* gewp = gew.defined() ? gew.data_ptr<acc_t>() : nullptr;
   const bool need_u = gq != nullptr || gewp != nullptr;  // the message itself is needed
+  // unweighted edges: max / min through win lists (build_wins), the rest fused (edge_grad)
+  const bool sparse = ewp == nullptr && (gmx != nullptr || gmn != nullptr) && bd < kMaxWinRow;
+  const bool fused = ewp == nullptr && (sparse || (gmx == nullptr && gmn == nullptr));
+  Tensor wptr, wins;
+  if (sparse)
+    std::tie(wptr, wins) = build_wins<scalar_t, arg_t, acc_t>(
+        indptr.const_data_ptr<int64_t>(), n, d, bd, gmx, amx, gmn, amn);
+  const int64_t* wpp = sparse ? wptr.const_data_ptr<int64_t>() : nullptr;
+  const auto* wnp = sparse ? reinterpret_cast<const Win<acc_t>*>(wins.const_data_ptr<uint8_t>())
+                           : nullptr;
   const auto cut = balanced(ip, n, num_parts(n));
   const int64_t parts = static_cast<int64_t>(cut.size()) - 1;
   const int64_t wsize = r2 * wb * d;
@@ -249,6 +360,8 @@ void backward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Ten
     acc_t* u = wf + bd;
     acc_t* gm = u + bd;
     acc_t* gxa = gm + bd;
+    std::vector<acc_t> gw_null(gw.defined() ? 0 : bd);  // w's gradient unused: a sink row
+    const auto fast = pick_edge_grad<scalar_t, acc_t>(gs != nullptr, gq != nullptr);
     const int64_t j_end = ip[cut[p1]];
     for (int64_t s = cut[p0]; s < cut[p1]; ++s) {
       if (ip[s] == ip[s + 1]) {
@@ -262,22 +375,38 @@ void backward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Ten
           const int64_t ahead = int64_t(dstp[j + kAhead]) * bd;
           if (gs) prefetch_row(gs + ahead, bd * sizeof(scalar_t));
           if (gq) prefetch_row(gq + ahead, bd * sizeof(scalar_t));
-          if (gmx) prefetch_row(gmx + ahead, bd * sizeof(scalar_t));
-          if (gmn) prefetch_row(gmn + ahead, bd * sizeof(scalar_t));
-          if (amx) prefetch_row(amx + ahead, bd * sizeof(arg_t));
-          if (amn) prefetch_row(amn + ahead, bd * sizeof(arg_t));
+          if (sparse) {  // the win list's offsets two steps ahead, its entries one step
+            if (j + 2 * kAhead < j_end) __builtin_prefetch(wpp + eid[j + 2 * kAhead]);
+            __builtin_prefetch(wnp + wpp[eid[j + kAhead]]);
+          } else {
+            if (gmx) prefetch_row(gmx + ahead, bd * sizeof(scalar_t));
+            if (gmn) prefetch_row(gmn + ahead, bd * sizeof(scalar_t));
+            if (amx) prefetch_row(amx + ahead, bd * sizeof(arg_t));
+            if (amn) prefetch_row(amn + ahead, bd * sizeof(arg_t));
+          }
         }
         const int64_t e = eid[j];
         if (mp != nullptr && !mp[e]) continue;
         const int64_t v = dstp[j], r = relp[j], o = v * bd;
         const scalar_t* wr = wp + r * wb * d;
+        const acc_t* we = ewp ? ewp + e * ewb : nullptr;
+        if (fused) {  // the common case: one fused pass, then the max / min wins
+          acc_t* gwa = gwt ? gwt + r * wb * d : gw_null.data();
+          fast(nb, d, wb == 1, xf, wr, gs ? gs + o : nullptr, gq ? gq + o : nullptr, gxa, gwa);
+          for (int64_t q = wpp ? wpp[e] : 0, q_end = wpp ? wpp[e + 1] : 0; q < q_end; ++q) {
+            const int64_t i = wnp[q].i, k = wb == 1 ? wnp[q].k : i;
+            const acc_t g = wnp[q].g;
+            gxa[i] += g * acc_t(wr[k]);
+            gwa[k] += g * xf[i];
+          }
+          continue;
+        }
         if (wb == 1) {
           for (int64_t b = 0; b < nb; ++b)
             for (int64_t k = 0; k < d; ++k) wf[b * d + k] = acc_t(wr[k]);
         } else {
           for (int64_t i = 0; i < bd; ++i) wf[i] = acc_t(wr[i]);
         }
-        const acc_t* we = ewp ? ewp + e * ewb : nullptr;
         if (need_u)
           for (int64_t i = 0; i < bd; ++i) u[i] = xf[i] * wf[i];
         if (gs)
@@ -357,14 +486,15 @@ void backward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Ten
 // the destination's in-edges) int32 [E] in source order.
 std::tuple<Tensor, Tensor, Tensor> backward(
     const Tensor& x, const Tensor& w, const std::optional<Tensor>& ew,
-    const std::optional<Tensor>& mask, const Tensor& t_indptr, const Tensor& t_eid,
+    const std::optional<Tensor>& mask, const Tensor& indptr, const Tensor& t_indptr,
+    const Tensor& t_eid,
     const Tensor& t_dst, const Tensor& t_rel, const Tensor& t_pos,
     const std::optional<Tensor>& g_sum,
     const std::optional<Tensor>& g_sq, const std::optional<Tensor>& g_max,
     const std::optional<Tensor>& g_min, const Tensor& amax, const Tensor& amin, bool need_x,
     bool need_w, bool need_ew) {
   TORCH_CHECK(x.dim() == 3 && x.is_contiguous() && w.is_contiguous());
-  TORCH_CHECK(t_indptr.size(0) == x.size(0) + 1);
+  TORCH_CHECK(t_indptr.size(0) == x.size(0) + 1 && indptr.size(0) == x.size(0) + 1);
   auto opt = [](const std::optional<Tensor>& t) {
     return t.has_value() ? t->contiguous() : Tensor();
   };
@@ -378,12 +508,14 @@ std::tuple<Tensor, Tensor, Tensor> backward(
   const bool short_arg = (gmx.defined() ? amax : amin).scalar_type() == at::kShort;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "cmpnn_bwd", [&] {
     if (short_arg)
-      backward_impl<scalar_t, int16_t>(x, w, ewt, mt, t_indptr.contiguous(), t_eid.contiguous(),
+      backward_impl<scalar_t, int16_t>(x, w, ewt, mt, indptr.contiguous(), t_indptr.contiguous(),
+                                       t_eid.contiguous(),
                                        t_dst.contiguous(), t_rel.contiguous(),
                                        t_pos.contiguous(), gs, gq, gmx, gmn, amax.contiguous(),
                                        amin.contiguous(), gx, gw, gew);
     else
-      backward_impl<scalar_t, int32_t>(x, w, ewt, mt, t_indptr.contiguous(), t_eid.contiguous(),
+      backward_impl<scalar_t, int32_t>(x, w, ewt, mt, indptr.contiguous(), t_indptr.contiguous(),
+                                       t_eid.contiguous(),
                                        t_dst.contiguous(), t_rel.contiguous(),
                                        t_pos.contiguous(), gs, gq, gmx, gmn, amax.contiguous(),
                                        amin.contiguous(), gx, gw, gew);
@@ -401,7 +533,8 @@ TORCH_LIBRARY(cmpnn_cpu, m) {
       "bool short_arg) -> "
       "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def(
-      "backward(Tensor x, Tensor w, Tensor? ew, Tensor? mask, Tensor t_indptr, Tensor t_eid, "
+      "backward(Tensor x, Tensor w, Tensor? ew, Tensor? mask, Tensor indptr, Tensor t_indptr, "
+      "Tensor t_eid, "
       "Tensor t_dst, Tensor t_rel, Tensor t_pos, Tensor? g_sum, Tensor? g_sq, Tensor? g_max, Tensor? g_min, "
       "Tensor amax, Tensor amin, bool need_x, bool need_w, bool need_ew) -> "
       "(Tensor, Tensor, Tensor)");
