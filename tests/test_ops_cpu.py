@@ -74,22 +74,45 @@ def test_cpu_matches_naive(per_query, weights, masked, aggs):
         torch.testing.assert_close(gg, wg, msg=f"grad {name}")
 
 
-@pytest.mark.parametrize("batch, dim", [(2, 3), (1024, 64)])
-def test_cpu_max_min_backward_both_row_widths(batch, dim):
-    """max / min gradients against the oracle through both backward paths: the per-edge win
-    lists (B d < 2^16) and the dense blend of wide rows (B d = 65,536); node 4 has one in-edge,
-    which attains both its max and its min."""
-    facts = np.array([(0, 0, 1), (2, 1, 1), (3, 0, 1), (1, 1, 2), (3, 1, 2), (2, 0, 4)])
-    graph = graph_from_triples(5, 2, facts)
-    x, rel, _, _ = _inputs(graph, batch, dim, True, None, False, dtype=torch.float32)
+def _dense_graph(num_nodes=20, num_rel=3, facts=700, seed=0):
+    """Mean in-degree 70 (with inverses): the kernel's max / min backward uses win lists."""
+    rng = np.random.default_rng(seed)
+    every = np.stack(np.meshgrid(*map(np.arange, (num_nodes, num_rel, num_nodes))), -1)
+    every = every.reshape(-1, 3)
+    return graph_from_triples(num_nodes, num_rel, every[rng.permutation(len(every))[:facts]])
+
+
+@pytest.mark.parametrize(
+    "kind, batch, dim, masked, threads",
+    [
+        ("sparse", 2, 3, False, 1),  # mean in-degree < 32: the dense blend
+        ("sparse", 1024, 64, False, 1),  # B d = 65,536: the dense blend of wide rows
+        ("dense", 3, 5, False, 1),  # mean in-degree 70: win lists
+        ("dense", 3, 5, True, 2),
+    ],
+)
+def test_cpu_max_min_backward_every_path(kind, batch, dim, masked, threads):
+    """max / min (and PNA's sum / sumsq beside them) against the oracle through each backward
+    path; in the sparse graph node 4 has one in-edge, which attains its max and its min."""
+    if kind == "sparse":
+        facts = np.array([(0, 0, 1), (2, 1, 1), (3, 0, 1), (1, 1, 2), (3, 1, 2), (2, 0, 4)])
+        graph = graph_from_triples(5, 2, facts)
+    else:
+        graph = _dense_graph()
+    x, rel, _, mask = _inputs(graph, batch, dim, True, None, masked, dtype=torch.float32)
     gen = torch.Generator().manual_seed(3)
-    g = {a: torch.randn(x.shape, generator=gen) for a in ("max", "min")}
-    want, want_grads = _run("naive", graph, x, rel, None, None, ("max", "min"), g)
-    got, got_grads = _run("cpu", graph, x, rel, None, None, ("max", "min"), g)
-    for a in ("max", "min"):
+    g = {a: torch.randn(x.shape, generator=gen) for a in AGGS}
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        want, want_grads = _run("naive", graph, x, rel, None, mask, AGGS, g)
+        got, got_grads = _run("cpu", graph, x, rel, None, mask, AGGS, g)
+    finally:
+        torch.set_num_threads(old)
+    for a in AGGS:
         torch.testing.assert_close(got[a], want[a])
     for gg, wg in zip(got_grads, want_grads, strict=True):
-        torch.testing.assert_close(gg, wg)
+        torch.testing.assert_close(gg, wg, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
