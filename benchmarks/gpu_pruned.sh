@@ -3,6 +3,7 @@
 # training step's time goes on CUDA (benchmarks/pruned_profile.py: phases, host syncs,
 # profiler tables) and the pruned speed beside dense (benchmarks/pruned_speed.py), biokg scale.
 # Usage (on the card, repo root): OUT=/some/dir BUDGET=300 bash benchmarks/gpu_pruned.sh
+# (STEPS, PROFILE_RATIOS, SPEED_RATIOS, SPEED_BATCHES, GRAPH, ROUNDS, SPEED_CAP: see below)
 # Python packages the card's image lacks travel in the ignored folder .gpu/site (gpu_session.sh).
 set -u
 OUT=${OUT:-/tmp/gpu_pruned}
@@ -28,10 +29,11 @@ if [[ " ${STEPS:-tests profile speed} " == *" profile "* ]]; then
 fi
 if [[ " ${STEPS:-tests profile speed} " == *" speed "* ]]; then
   for b in ${SPEED_BATCHES:-8}; do  # one results entry per batch size (biokg-b<B>)
-    timeout "$(cap 150)" python benchmarks/pruned_speed.py --graph biokg --device cuda \
-      --ratios ${SPEED_RATIOS:-dense 0.02 0.005} --rounds 3 --eval-rounds 3 --out "$OUT" \
-      --batch "$b" --eval-batch "$(( b > 16 ? b : 16 ))" --label "biokg-b$b" >> "$OUT/speed.log" 2>&1
-    echo "pruned_speed B=$b rc=$?"; grep '^biokg' "$OUT/speed.log" | tail -3
+    timeout "$(cap ${SPEED_CAP:-150})" python benchmarks/pruned_speed.py --graph "${GRAPH:-biokg}" \
+      --device cuda --ratios ${SPEED_RATIOS:-dense 0.02 0.005} --rounds "${ROUNDS:-3}" \
+      --eval-rounds "${ROUNDS:-3}" --out "$OUT" --batch "$b" --eval-batch "$(( b > 16 ? b : 16 ))" \
+      --label "${GRAPH:-biokg}-b$b" >> "$OUT/speed.log" 2>&1
+    echo "pruned_speed B=$b rc=$?"; grep "^${GRAPH:-biokg}" "$OUT/speed.log" | tail -6
   done
 fi
 ls -la "$OUT"
