@@ -83,15 +83,16 @@ def _dense_graph(num_nodes=20, num_rel=3, facts=700, seed=0):
 
 
 @pytest.mark.parametrize(
-    "kind, batch, dim, masked, threads",
+    "kind, batch, dim, masked, threads, dtype",
     [
-        ("sparse", 2, 3, False, 1),  # mean in-degree < 32: the dense blend
-        ("sparse", 1024, 64, False, 1),  # B d = 65,536: the dense blend of wide rows
-        ("dense", 3, 5, False, 1),  # mean in-degree 70: win lists
-        ("dense", 3, 5, True, 2),
+        ("sparse", 2, 3, False, 1, torch.float32),  # mean in-degree < 32: the dense blend
+        ("sparse", 1024, 64, False, 1, torch.float32),  # B d = 65,536: the blend of wide rows
+        ("dense", 3, 5, False, 1, torch.float32),  # mean in-degree 70: win lists
+        ("dense", 3, 5, True, 2, torch.float32),
+        ("dense", 3, 5, True, 1, torch.float64),  # float64 entries
     ],
 )
-def test_cpu_max_min_backward_every_path(kind, batch, dim, masked, threads):
+def test_cpu_max_min_backward_every_path(kind, batch, dim, masked, threads, dtype):
     """max / min (and PNA's sum / sumsq beside them) against the oracle through each backward
     path; in the sparse graph node 4 has one in-edge, which attains its max and its min."""
     if kind == "sparse":
@@ -99,9 +100,9 @@ def test_cpu_max_min_backward_every_path(kind, batch, dim, masked, threads):
         graph = graph_from_triples(5, 2, facts)
     else:
         graph = _dense_graph()
-    x, rel, _, mask = _inputs(graph, batch, dim, True, None, masked, dtype=torch.float32)
+    x, rel, _, mask = _inputs(graph, batch, dim, True, None, masked, dtype=dtype)
     gen = torch.Generator().manual_seed(3)
-    g = {a: torch.randn(x.shape, generator=gen) for a in AGGS}
+    g = {a: torch.randn(x.shape, generator=gen, dtype=dtype) for a in AGGS}
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
