@@ -26,7 +26,6 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
-#include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
 #include <torch/library.h>
 
