@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +46,17 @@ def _inputs(graph, batch, dim, per_query, weights, masked, dtype=torch.float64, 
     if masked:
         mask = torch.rand(graph.num_edges, generator=gen) > 0.3
     return x, rel, ew, mask
+
+
+@contextmanager
+def _torch_threads(threads: int):
+    """torch's intra-op thread count set to ``threads`` inside the block, restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _run(impl, graph, x, rel, ew, mask, aggs, grad_out):
@@ -103,13 +115,9 @@ def test_cpu_max_min_backward_every_path(kind, batch, dim, masked, threads, dtyp
     x, rel, _, mask = _inputs(graph, batch, dim, True, None, masked, dtype=dtype)
     gen = torch.Generator().manual_seed(3)
     g = {a: torch.randn(x.shape, generator=gen, dtype=dtype) for a in AGGS}
-    old = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        want, want_grads = _run("naive", graph, x, rel, None, mask, AGGS, g)
+    want, want_grads = _run("naive", graph, x, rel, None, mask, AGGS, g)
+    with _torch_threads(threads):
         got, got_grads = _run("cpu", graph, x, rel, None, mask, AGGS, g)
-    finally:
-        torch.set_num_threads(old)
     for a in AGGS:
         torch.testing.assert_close(got[a], want[a])
     for gg, wg in zip(got_grads, want_grads, strict=True):
@@ -133,12 +141,8 @@ def test_cpu_threads_hub_and_isolated_nodes(threads):
     x, rel, ew, mask = _inputs(graph, 2, 8, False, "shared", True, dtype=torch.float32)
     gen = torch.Generator().manual_seed(7)
     g = {a: torch.randn(x.shape, generator=gen) for a in AGGS}
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(threads)
+    with _torch_threads(threads):
         got, got_grads = _run("cpu", graph, x, rel, ew, mask, AGGS, g)
-    finally:
-        torch.set_num_threads(before)
     want, want_grads = _run("naive", graph.to("cpu"), x.double(), rel.double(), ew.double(),
                             mask, AGGS, {a: t.double() for a, t in g.items()})  # fmt: skip
     for a in (*AGGS, "degree"):
@@ -152,12 +156,8 @@ def test_cpu_is_deterministic_with_two_threads():
     graph = _graph()
     x, rel, ew, mask = _inputs(graph, 4, 16, True, "shared", True, dtype=torch.float32)
     g = {a: torch.ones_like(x) for a in AGGS}
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2)
+    with _torch_threads(2):
         runs = [_run("cpu", graph, x, rel, ew, mask, AGGS, g) for _ in range(5)]
-    finally:
-        torch.set_num_threads(before)
     for out, grads in runs[1:]:
         assert all(torch.equal(out[a], runs[0][0][a]) for a in AGGS)
         assert all(torch.equal(a, b) for a, b in zip(grads, runs[0][1], strict=True))
