@@ -23,7 +23,9 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -34,9 +36,12 @@ from provenance import git_commit, write_atomic  # noqa: E402
 OLD_VARIANT = "mlp, straight_through"  # entries from before model.prune.priority (their defaults)
 PAPER_HITS = {"fb237_ind_v1": 0.794, "wn18rr_ind_v1": 0.932}  # paper Table 2, basic C-MPNN
 FULL_EPOCHS = 20
+UNVISITED_TAG = {"constant": "", "relations": "-rel"}  # run names; variant labels add the kind
 
 
-def command(preset: str, ratio: str, seed: int, epochs: int, storage: str) -> list[str]:
+def command(
+    preset: str, ratio: str, seed: int, epochs: int, storage: str, unvisited: str = "constant"
+) -> list[str]:
     cmd = [
         sys.executable,
         "-m",
@@ -48,21 +53,24 @@ def command(preset: str, ratio: str, seed: int, epochs: int, storage: str) -> li
         "train.num_threads=1",
         f"storage_root={storage}",
         f"data_root={Path('/work/shared/data') if Path('/work/shared/data').is_dir() else ''}",
-        f"run_name=pruned-{preset}-{ratio}-s{seed}-e{epochs}",
+        f"run_name=pruned-{preset}-{ratio}{UNVISITED_TAG[unvisited]}-s{seed}-e{epochs}",
         "resume=false",
     ]
     if ratio != "dense":
         cmd += ["model.propagation=pruned", f"model.prune.node_ratio={ratio}"]
+        if unvisited != "constant":
+            cmd.append(f"model.prune.unvisited={unvisited}")
     return cmd
 
 
-def prune_variant() -> str:
-    """``"<priority>, <gate>"``: the defaults of ``model.prune`` the runs were made with."""
+def prune_variant(unvisited: str = "constant") -> str:
+    """``"<priority>, <gate>"``: the defaults of ``model.prune`` the runs were made with, and
+    ``", relations"`` where unvisited candidates score by their relations."""
     sys.path.insert(0, str(ROOT))
     from cmpnn_dist.config import PruneConfig
 
     p = PruneConfig()
-    return f"{p.priority}, {p.gate}"
+    return f"{p.priority}, {p.gate}" + ("" if unvisited == "constant" else f", {unvisited}")
 
 
 def variant_of(entry: dict) -> str | None:
@@ -72,19 +80,25 @@ def variant_of(entry: dict) -> str | None:
     return entry.get("variant") or OLD_VARIANT
 
 
-def last_json(cmd: list[str]) -> dict:
-    """Run ``cmd`` (train / evaluate) in the checkout; its last stdout line, parsed."""
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def last_json(cmd: list[str]) -> tuple[dict, float]:
+    """Run ``cmd`` (train / evaluate) in the checkout: its last stdout line, parsed, and the
+    CPU seconds of that process and its children (its own rusage: runs may overlap)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, cwd=ROOT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{err.read()[-3000:]}")
+        return json.loads(out.read().strip().splitlines()[-1]), usage.ru_utime + usage.ru_stime
 
 
-def run_one(preset: str, ratio: str, seed: int, epochs: int, storage: str) -> dict:
-    cmd = command(preset, ratio, seed, epochs, storage)
-    t0, c0 = time.perf_counter(), os.times()
-    last = last_json(cmd)
-    c1 = os.times()
+def run_one(
+    preset: str, ratio: str, seed: int, epochs: int, storage: str, unvisited: str = "constant"
+) -> dict:
+    cmd = command(preset, ratio, seed, epochs, storage, unvisited)
+    t0 = time.perf_counter()
+    last, cpu = last_json(cmd)
     return {
         "preset": preset,
         "ratio": ratio,
@@ -93,12 +107,10 @@ def run_one(preset: str, ratio: str, seed: int, epochs: int, storage: str) -> di
         "test": last["test"],
         "valid": last["valid"],
         "wall_s": round(time.perf_counter() - t0, 1),
-        "cpu_s": round(
-            c1.children_user + c1.children_system - c0.children_user - c0.children_system, 1
-        ),
+        "cpu_s": round(cpu, 1),
         "loadavg": [round(x, 2) for x in os.getloadavg()],
         "commit": git_commit("--short=12", mark_dirty=True),
-        "variant": None if ratio == "dense" else prune_variant(),
+        "variant": None if ratio == "dense" else prune_variant(unvisited),
         "command": " ".join(cmd[1:]),
         "when_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
     }
@@ -114,7 +126,10 @@ def to_markdown(entries: list[dict]) -> str:
         "defaults of its time, shown as `(priority, gate)`: `(decoder, sigmoid)` = A*Net's "
         "(the priority is the decoder's logit, sigmoid(priority) gates the sent state; the "
         f"default since model.prune.priority exists), `({OLD_VARIANT})` = the earlier "
-        "default (a separate priority MLP, straight-through gate); best epoch by valid MRR",
+        "default (a separate priority MLP, straight-through gate); `, relations`: "
+        "`model.prune.unvisited=relations` (unvisited candidates score by a learned two-hop "
+        "summary of their relations, `cmpnn_dist/model/pruned_prior.py`; without it they all "
+        "tie at one constant); best epoch by valid MRR",
         f"- **reduced budget** where `epochs` < {FULL_EPOCHS} (the preset's full budget); "
         "the full-budget command is the same with the `train.epochs` override removed",
         "- metric: test Hits@10 against 50 negatives (the paper's), full filtered rank MRR; "
@@ -126,7 +141,8 @@ def to_markdown(entries: list[dict]) -> str:
         "`benchmarks/results/pruned_gap.md` splits the gap by answers within / beyond the "
         "heads' 6-hop horizon",
         "- machine: 2 CPU cores shared with other jobs, one torch thread per run, runs one "
-        "after the other; `cpu s` = the run's process CPU seconds (training + evaluation)",
+        "after the other or (`--jobs 2`) two side by side; `cpu s` = the run's process CPU "
+        "seconds (training + evaluation)",
         "",
         "| split | propagation | epochs | seed | test hits@10_50 | diff vs dense | test MRR "
         "| paper dense hits@10_50 | cpu s | load | commit |",
@@ -188,33 +204,49 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ratios", nargs="+", default=["dense", "0.5", "0.2", "0.1", "0.05"])
     p.add_argument("--seeds", nargs="+", type=int, default=[0])
     p.add_argument("--epochs", type=int, default=FULL_EPOCHS)
+    p.add_argument(
+        "--unvisited",
+        choices=list(UNVISITED_TAG),
+        default="constant",
+        help="model.prune.unvisited of the pruned runs",
+    )
     p.add_argument("--storage", default="/tmp/pruned_accuracy")
     p.add_argument("--collect", action="store_true", help="only rewrite the table")
+    p.add_argument("--jobs", type=int, default=1, help="runs side by side (one thread each)")
     p.add_argument("--out", default=str(HERE / "results"))
     args = p.parse_args(argv)
     out = Path(args.out)
     path = out / "pruned_accuracy.json"
     entries = json.loads(path.read_text()) if path.is_file() else []
     if not args.collect:
-        for preset in args.presets:
-            for seed in args.seeds:
-                for ratio in args.ratios:
-                    e = run_one(preset, ratio, seed, args.epochs, args.storage)
-                    key = (preset, ratio, seed, args.epochs, variant_of(e))
-                    entries = [
-                        x
-                        for x in entries
-                        if (x["preset"], x["ratio"], x["seed"], x["epochs"], variant_of(x)) != key
-                    ]
-                    entries.append(e)
-                    write_atomic(path, json.dumps(entries, indent=1))
-                    write_atomic(out / "pruned_accuracy.md", to_markdown(entries))
-                    print(
-                        f"{preset} {ratio} s{seed}: hits@10_50 "
-                        f"{e['test']['hits@10_50']:.3f} mrr {e['test']['mrr']:.3f} "
-                        f"({e['cpu_s']:.0f} CPU s)",
-                        flush=True,
-                    )
+        cells = [
+            (preset, ratio, seed)
+            for preset in args.presets
+            for seed in args.seeds
+            for ratio in args.ratios
+        ]
+
+        def one(cell: tuple[str, str, int]) -> dict:
+            preset, ratio, seed = cell
+            return run_one(preset, ratio, seed, args.epochs, args.storage, args.unvisited)
+
+        with ThreadPoolExecutor(args.jobs) as pool:  # results written as each run ends
+            for e in pool.map(one, cells):
+                key = (e["preset"], e["ratio"], e["seed"], e["epochs"], variant_of(e))
+                entries = [
+                    x
+                    for x in entries
+                    if (x["preset"], x["ratio"], x["seed"], x["epochs"], variant_of(x)) != key
+                ]
+                entries.append(e)
+                write_atomic(path, json.dumps(entries, indent=1))
+                write_atomic(out / "pruned_accuracy.md", to_markdown(entries))
+                print(
+                    f"{e['preset']} {e['ratio']} s{e['seed']}: hits@10_50 "
+                    f"{e['test']['hits@10_50']:.3f} mrr {e['test']['mrr']:.3f} "
+                    f"({e['cpu_s']:.0f} CPU s)",
+                    flush=True,
+                )
     write_atomic(out / "pruned_accuracy.md", to_markdown(entries))
     return 0
 

@@ -137,12 +137,16 @@ class Batches:
 
 
 def make_model(ratio: str, data: dict, dim: int, dev: str) -> CMPNN:
-    """``dense``, a node ratio, or ``RATIO:torch-select`` (the torch selection path instead of
-    the compiled CPU one: ``PrunedPropagation.compiled_select = False``)."""
+    """``dense``, a node ratio, ``RATIO:torch-select`` (the torch selection path instead of
+    the compiled CPU one: ``PrunedPropagation.compiled_select = False``) or ``RATIO:relations``
+    (``model.prune.unvisited=relations``)."""
     ratio, _, variant = ratio.partition(":")
-    if variant not in ("", "torch-select"):
-        raise ValueError(f"unknown config variant {variant!r} (known: torch-select)")
-    prune = PruneConfig() if ratio == "dense" else PruneConfig(node_ratio=float(ratio))
+    if variant not in ("", "torch-select", "relations"):
+        raise ValueError(f"unknown config variant {variant!r} (known: torch-select, relations)")
+    unvisited = "relations" if variant == "relations" else "constant"
+    prune = PruneConfig(unvisited=unvisited)
+    if ratio != "dense":
+        prune = PruneConfig(node_ratio=float(ratio), unvisited=unvisited)
     cfg = ModelConfig(
         num_layers=data["layers"],
         hidden_dim=dim,

@@ -37,6 +37,7 @@ Readout = Literal["none", "sum", "relation"]
 Propagation = Literal["dense", "pruned"]
 PruneGate = Literal["straight_through", "sigmoid"]
 PrunePriority = Literal["decoder", "mlp"]
+PruneUnvisited = Literal["constant", "relations"]
 OpsImpl = Literal["auto", "reference", "generic", "naive", "fused", "scatter", "cpu"]
 EdgeRemoval = Literal["none", "query", "one_hop", "candidates"]
 Device = Literal["auto", "cpu", "cuda"]
@@ -119,7 +120,9 @@ class PruneConfig:
     ``straight_through`` (the sent state is multiplied by 1 whose gradient is
     sigmoid'(priority)).  Budgets that keep everything select nothing: the
     sigmoid gate then gives way to the straight-through one and the model is exactly the dense
-    one.
+    one.  ``unvisited``: the score of a candidate never visited, ``constant`` (A*Net:
+    decoder(0, z_q), all tied) or ``relations`` (that plus a learned prior on the relations
+    entering the candidate, :mod:`cmpnn_dist.model.pruned_prior`).
     The defaults are A*Net's (benchmarks/results/pruned_accuracy.md: on fb237_ind_v1 at 0.1,
     test MRR .227 -> .274 over 3 seeds against mlp / straight_through)."""
 
@@ -131,6 +134,7 @@ class PruneConfig:
     max_edges: int | None = number(None, ge=1)
     gate: str = option("sigmoid", PruneGate)
     priority: str = option("decoder", PrunePriority)
+    unvisited: str = option("constant", PruneUnvisited)
 
 
 @dataclass

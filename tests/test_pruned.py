@@ -291,8 +291,10 @@ def test_bf16_autocast_runs_and_stays_close_to_fp32():
     g = graph(seed=1, num_nodes=20, num_facts=60)
     torch.manual_seed(0)
     heads, rels = torch.tensor([0, 4]), torch.tensor([1, 2])
-    for ratio in (1.0, 0.3):  # at 0.3 bf16 priorities may pick other nodes: finite only
-        model = CMPNN(cfg_of(dict(node_ratio=ratio), aggregate="pna"), NUM_REL, OpsConfig())
+    for ratio, unvisited in ((1.0, "constant"), (0.3, "constant"), (0.3, "relations")):
+        # at 0.3 bf16 priorities may pick other nodes: finite only
+        prune = dict(node_ratio=ratio, unvisited=unvisited)
+        model = CMPNN(cfg_of(prune, aggregate="pna"), NUM_REL, OpsConfig())
         want = model(g, heads, rels)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             got = model(g, heads, rels)

@@ -73,7 +73,7 @@ class CMPNN(nn.Module):
         if getattr(cfg, "propagation", "dense") == "pruned":
             from cmpnn_dist.model.pruned import PrunedPropagation
 
-            self.pruned = PrunedPropagation(cfg, self.decoder)
+            self.pruned = PrunedPropagation(cfg, self.decoder, r2)
 
     def _check(self, graph: Graph, heads: Tensor, rels: Tensor) -> None:
         if graph.num_relations != 2 * self.num_relations:

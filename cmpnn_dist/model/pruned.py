@@ -24,7 +24,9 @@ the subgraph chosen by it:
 With priority=decoder (the default, as A*Net) the priority of a node is its current logit, so
 the link-prediction loss trains the priority directly (the gate adds a second path); a
 separate MLP (priority=mlp) learns only through the gate.  Unvisited nodes keep their initial
-state 0 and so all score ``decoder(0, z_q)``: their ranks follow the evaluation's tie rule.
+state 0 and so all score ``decoder(0, z_q)``: their ranks follow the evaluation's tie rule
+(unvisited=constant, A*Net's); unvisited=relations adds a learned prior on the relations that
+enter each of them (:mod:`.pruned_prior`).
 States live on visited (query, node) pairs only, one packed graph per layer (keys b N + v,
 :mod:`.pruned_select`) through the same ``ops.propagate``.
 
@@ -44,6 +46,7 @@ from torch import Tensor, nn
 
 from cmpnn_dist.config import ModelConfig
 from cmpnn_dist.graph import Graph
+from cmpnn_dist.model.pruned_prior import RelationPrior
 from cmpnn_dist.model.pruned_select import (
     out_edges,
     out_index,
@@ -74,7 +77,9 @@ class PrunedPropagation(nn.Module):
     ``decoder``: the model's decoder (priority=decoder), kept as a plain attribute (not a
     submodule: its parameters are the model's)."""
 
-    def __init__(self, cfg: ModelConfig, decoder: nn.Module | None = None):
+    def __init__(
+        self, cfg: ModelConfig, decoder: nn.Module | None = None, num_relations: int | None = None
+    ):
         super().__init__()
         check_prune_config(cfg)
         dim = cfg.hidden_dim
@@ -87,6 +92,11 @@ class PrunedPropagation(nn.Module):
         elif decoder is None:
             raise ValueError("model.prune.priority=decoder needs the model's decoder")
         object.__setattr__(self, "decoder", decoder)
+        self.unvisited: RelationPrior | None = None
+        if self.prune.unvisited == "relations":
+            if num_relations is None:
+                raise ValueError("model.prune.unvisited=relations needs the number of relations")
+            self.unvisited = RelationPrior(num_relations, dim)
         self.last_stats: list[tuple[int, int, int]] = []
         self.compiled_select = True
 
@@ -184,7 +194,11 @@ class PrunedPropagation(nn.Module):
             visited = prio
         else:
             visited = model.decoder.rows(h, z_q.to(h.dtype), keys // n)
-        flat = const.repeat(1, n).reshape(-1).to(visited.dtype)
+        if self.unvisited is None:  # unvisited=constant: all tie at decoder(0, z_q)
+            flat = const.repeat(1, n).reshape(-1).to(visited.dtype)
+        else:  # unvisited=relations: plus the prior on the relations entering each node
+            prior = self.unvisited(graph, rels, edge_mask)
+            flat = (const.to(prior.dtype) + prior).reshape(-1).to(visited.dtype)
         return flat.index_put((keys,), visited).view(batch, n)
 
     def _select(self, ctx: dict, keys: Tensor, prio: Tensor) -> tuple[Tensor, ...]:

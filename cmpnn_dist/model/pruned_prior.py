@@ -1,0 +1,110 @@
+"""Scores of the candidates a pruned model never visits (``model.prune.unvisited``).
+
+Pruned propagation (:mod:`cmpnn_dist.model.pruned`) leaves every node it does not visit at its
+initial state 0, so with ``unvisited=constant`` (A*Net) all of them score
+
+    c_q = decoder(0, z_q)
+
+and tie.  An answer that is never visited then ranks below every unvisited candidate (with
+pessimistic ties): on the GraIL v1 splits at node_ratio 0.1 that is every lost Hits@10_50
+(``benchmarks/results/pruned_unvisited.md``), and answers beyond the heads' T-hop horizon are
+never visited at any ratio.  The dense model does rank them: the layers' biases give every node
+a state, and the relation-specific messages it then receives make that state a function of the
+relations around the node, the same for every head.  ``unvisited=relations`` learns a
+two-hop summary of those relations instead, once per graph and not per query:
+
+    n_v         = (number of kept edges of relation r entering v)_r       [N, 2|R|]
+    e_v         = ReLU(U_1 log(1 + n_v) + a_1)                            [N, d]
+    e'_v        = e_v + ReLU(U_2 mean_{(w, r, v) kept} e_w + a_2)         [N, d]
+    s(v | u, q) = c_q + W[q] . e'_v               (v not visited from u)  [B, N]
+
+with W [2|R|, d] zero at the start, so a run starts from A*Net's constant.  It reads only the
+graph (inductive: no entity parameters); the edges that ``edge_mask`` removes (the query
+pair's, in training) are neither counted nor averaged over, so a training answer is not told
+by its own edge.  Cost per forward O(E d), no [N, B, d] tensor; without autograd and without a
+mask, e' is computed once per graph and parameter version.  Visited candidates keep
+``decoder(h^(T), z_q)``, so the dense limit (every node visited) is unchanged; candidates with
+the same e' still tie, under the evaluation's rule.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from cmpnn_dist.graph import Graph
+
+
+def relation_pairs(graph: Graph) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(pair_node [P], pair_rel [P], edge_pair int64 [E], counts int64 [P])``: the distinct
+    (destination, relation) pairs of ``graph``'s edges sorted, the pair of each edge and each
+    pair's number of edges; cached on ``graph``."""
+    key = "pruned_relation_pairs"
+    if key not in graph._cache:
+        r2 = graph.num_relations
+        pair_key, edge_pair, counts = torch.unique(
+            graph.dst() * r2 + graph.rel, return_inverse=True, return_counts=True
+        )
+        graph._cache[key] = (pair_key // r2, pair_key % r2, edge_pair, counts)
+    return graph._cache[key]
+
+
+def relation_profile(graph: Graph, edge_mask: Tensor | None, dtype: torch.dtype) -> Tensor:
+    """``log(1 + n)`` as a sparse COO float [N, 2|R|] (n: kept edges of each relation that
+    enter each node)."""
+    pair_node, pair_rel, edge_pair, counts = relation_pairs(graph)
+    if edge_mask is not None:
+        counts = torch.bincount(edge_pair[edge_mask], minlength=pair_node.numel())
+    return torch.sparse_coo_tensor(
+        torch.stack([pair_node, pair_rel]),
+        torch.log1p(counts.to(dtype)),
+        (graph.num_nodes, graph.num_relations),
+        is_coalesced=True,  # sorted and distinct (torch.unique)
+        check_invariants=False,
+    )
+
+
+class RelationPrior(nn.Module):
+    """``W[q] . e'_v`` for every node v and query relation q of a batch (the module docstring's
+    equations).  Args of :meth:`forward`: graph (2|R| relations), rels int64 [B], edge_mask bool
+    [E] or None.  Returns float [B, N]."""
+
+    def __init__(self, num_relations: int, dim: int):
+        super().__init__()
+        self.num_relations = num_relations
+        self.profile = nn.Linear(num_relations, dim)  # U_1, a_1
+        self.neighbours = nn.Linear(dim, dim)  # U_2, a_2
+        self.weight = nn.Parameter(torch.zeros(num_relations, dim))  # W
+        self._token = object()  # this instance, for the evaluation cache's key
+
+    def embed(self, graph: Graph, edge_mask: Tensor | None = None) -> Tensor:
+        """e' float [N, d], in the parameters' dtype (outside autocast: a sparse product)."""
+        with torch.autocast(graph.src.device.type, enabled=False):
+            return self._embed(graph, edge_mask)
+
+    def _embed(self, graph: Graph, edge_mask: Tensor | None) -> Tensor:
+        if graph.num_relations != self.num_relations:
+            raise ValueError(
+                f"graph has {graph.num_relations} edge relations, the unvisited-node prior "
+                f"{self.num_relations}"
+            )
+        dtype = self.weight.dtype
+        profile = relation_profile(graph, edge_mask, dtype)
+        e = torch.relu(torch.sparse.mm(profile, self.profile.weight.t()) + self.profile.bias)
+        src, dst = graph.src, graph.dst()
+        if edge_mask is not None:
+            src, dst = src[edge_mask], dst[edge_mask]
+        total = e.new_zeros(e.shape).index_add(0, dst, e.index_select(0, src))
+        degree = torch.bincount(dst, minlength=graph.num_nodes).clamp(min=1).to(dtype)
+        return e + torch.relu(self.neighbours(total / degree.unsqueeze(1)))
+
+    def forward(self, graph: Graph, rels: Tensor, edge_mask: Tensor | None = None) -> Tensor:
+        if torch.is_grad_enabled() or edge_mask is not None:
+            e = self.embed(graph, edge_mask)
+        else:  # evaluation: once per graph and parameter version
+            key = (self._token, self.weight.dtype, *(p._version for p in self.parameters()))
+            cached = graph._cache.get("pruned_prior_embed")
+            if cached is None or cached[0] != key:
+                cached = graph._cache["pruned_prior_embed"] = (key, self.embed(graph))
+            e = cached[1]
+        return self.weight.index_select(0, rels) @ e.t()
