@@ -29,6 +29,8 @@ the same e' still tie, under the evaluation's rule.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import Tensor, nn
 
@@ -91,12 +93,23 @@ class RelationPrior(nn.Module):
         dtype = self.weight.dtype
         profile = relation_profile(graph, edge_mask, dtype)
         e = torch.relu(torch.sparse.mm(profile, self.profile.weight.t()) + self.profile.bias)
-        src, dst = graph.src, graph.dst()
-        if edge_mask is not None:
-            src, dst = src[edge_mask], dst[edge_mask]
-        total = e.new_zeros(e.shape).index_add(0, dst, e.index_select(0, src))
-        degree = torch.bincount(dst, minlength=graph.num_nodes).clamp(min=1).to(dtype)
-        return e + torch.relu(self.neighbours(total / degree.unsqueeze(1)))
+        # the mean over kept in-edges as one sparse product over the graph's destination CSR
+        n, dst = graph.num_nodes, graph.dst()
+        if edge_mask is None:
+            kept = torch.ones(graph.num_edges, dtype=dtype, device=e.device)
+        else:
+            kept = edge_mask.to(dtype)
+        degree = torch.zeros(n, dtype=dtype, device=e.device).index_add_(0, dst, kept)
+        with warnings.catch_warnings():  # torch: "Sparse CSR tensor support is in beta"
+            warnings.filterwarnings("ignore", message="Sparse CSR tensor support")
+            mean_of_in = torch.sparse_csr_tensor(
+                graph.indptr,
+                graph.src,
+                kept / degree.clamp(min=1).index_select(0, dst),
+                (n, n),
+                check_invariants=False,
+            )
+        return e + torch.relu(self.neighbours(torch.sparse.mm(mean_of_in, e)))
 
     def forward(self, graph: Graph, rels: Tensor, edge_mask: Tensor | None = None) -> Tensor:
         if torch.is_grad_enabled() or edge_mask is not None:
