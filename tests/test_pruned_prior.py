@@ -193,3 +193,24 @@ def test_evaluation_caches_the_embedding_until_a_parameter_moves():
     with torch.no_grad():
         got = other(g, *QUERIES)
     assert torch.equal(got, other(g, *QUERIES))  # not the first model's cached embedding
+
+
+def test_the_benchmarks_visited_split_matches_the_slow_reference():
+    """benchmarks/pruned_unvisited.py: which answers a pruned model visits, with the prior on."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from pruned_unvisited import answer_visited
+
+    g = graph(seed=2, num_nodes=30, num_facts=50)
+    model = _with_weight(pair(cfg_of(SMALL), seed=0)[0].eval())
+    prior = model.pruned.unvisited
+    n = g.num_nodes
+    for head, rel in ((0, 0), (1, 3)):
+        got = answer_visited(
+            model, g, torch.full((n,), head), torch.full((n,), rel), torch.arange(n)
+        )
+        _, unvisited = slow_pruned(_constant_twin(model), g, head, rel)
+        assert [v for v in range(n) if not got[v]] == unvisited
+    assert model.pruned.unvisited is prior  # switched back on

@@ -1,0 +1,110 @@
+"""Where a pruned run's test Hits@10_50 comes from: answers the model visited, answers within the
+heads' T-hop horizon that it did not visit, and answers beyond the horizon (never visited).
+
+For each pruned run folder the checkpoint is loaded (``cmpnn_dist.predict.loading``) and each
+test ranking's source is propagated once more with the unvisited-candidate prior switched off
+(``model.pruned.unvisited = None``: visited scores are unchanged, every unvisited candidate then
+scores ``decoder(0, z_q)`` exactly), so the answer was visited iff its score differs from that
+constant.  Per group: rankings, Hits@10_50 of the run's own ranks (``ranks_test_all.parquet``,
+the evaluation's rule, :func:`pruned_gap.split_run`'s formula) and the group's share of the
+total (shares add up to it).  Dense runs count every answer as visited.
+
+    python benchmarks/pruned_unvisited.py --runs /tmp/pa2/runs/pruned-fb237_ind_v1-0.1-s0-e2 \\
+        /tmp/pa2/runs/pruned-fb237_ind_v1-0.1-rel-s0-e2 --storage /tmp/pa2 --out OUT.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+from pruned_gap import within_hops  # noqa: E402
+
+
+def answer_visited(
+    model: torch.nn.Module, graph, sources: torch.Tensor, rels: torch.Tensor, answers: torch.Tensor
+) -> np.ndarray:
+    """bool [Q]: the pruned ``model`` visits ``answers[i]`` from ``(sources[i], rels[i])``
+    (eval mode, batches of 32; the source itself counts as visited)."""
+    pruned = model.pruned
+    if pruned is None:
+        return np.ones(len(sources), dtype=bool)
+    prior, pruned.unvisited = pruned.unvisited, None
+    out = []
+    try:
+        with torch.no_grad():
+            for i in range(0, len(sources), 32):
+                s, r, a = sources[i : i + 32], rels[i : i + 32], answers[i : i + 32]
+                logits = model(graph, s, r)
+                z = model.query(r)
+                const = model.decoder(z.new_zeros(len(s), 1, z.shape[1]), z)  # [b, 1]
+                seen = logits != const.to(logits.dtype)
+                seen[torch.arange(len(s)), s] = True
+                out.append(seen[torch.arange(len(s)), a])
+    finally:
+        pruned.unvisited = prior
+    return torch.cat(out).numpy()
+
+
+def split(run: Path, storage: str, hops: int) -> dict:
+    """The three groups of one run (see the module docstring)."""
+    import pyarrow.parquet as pq
+
+    from cmpnn_dist.evaluation.metrics import hits_at_k_with_negatives
+    from cmpnn_dist.predict.loading import load_model
+    from cmpnn_dist.training.data import load_train_data
+
+    model, _, ds = load_model(run, [f"storage_root={storage}"])
+    test = load_train_data(ds).test
+    t = pq.read_table(run / "ranks_test_all.parquet").to_pydict()
+    tail = np.array([d == "tail" for d in t["direction"]])
+    src = torch.tensor(np.where(tail, t["head"], t["tail"]))
+    dst = torch.tensor(np.where(tail, t["tail"], t["head"]))
+    rel = torch.tensor(np.where(tail, t["relation"], np.array(t["relation"]) + model.num_relations))
+    g = test.graph
+    visited = answer_visited(model, g, src, rel, dst)
+    seen = within_hops(g.src.numpy(), g.dst().numpy(), g.num_nodes, src.numpy(), hops)
+    within = seen[np.arange(len(src)), dst.numpy()]
+    hits = hits_at_k_with_negatives(
+        torch.tensor(t["rank"]), torch.tensor(t["candidates"]), 10, 50, "torchdrug"
+    ).numpy()
+    groups = {"visited": visited, "unvisited, within": ~visited & within, "beyond": ~within}
+    out = {"run": run.name, "hits": float(hits.mean()), "queries": len(hits)}
+    for name, m in groups.items():
+        out[name] = (int(m.sum()), float(hits[m].mean()) if m.any() else float("nan"),
+                     float(hits[m].sum() / len(hits)))  # fmt: skip
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--runs", nargs="+", required=True, help="run folders")
+    p.add_argument("--storage", required=True, help="the runs' storage_root")
+    p.add_argument("--hops", type=int, default=6, help="T: the models' number of layers")
+    p.add_argument("--out", help="append the markdown table to this file")
+    args = p.parse_args(argv)
+    names = ("visited", "unvisited, within", "beyond")
+    lines = [
+        "| run | hits@10_50 | " + " | ".join(f"{n}: n / hits / share" for n in names) + " |",
+        "|---|---|" + "---|" * len(names),
+    ]
+    for run in map(Path, args.runs):
+        r = split(run, args.storage, args.hops)
+        cells = " | ".join(f"{r[n][0]} / {r[n][1]:.3f} / {r[n][2]:.3f}" for n in names)
+        lines.append(f"| {r['run']} | {r['hits']:.3f} | {cells} |")
+        print(lines[-1], flush=True)
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
