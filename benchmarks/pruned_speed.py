@@ -138,15 +138,20 @@ class Batches:
 
 def make_model(ratio: str, data: dict, dim: int, dev: str) -> CMPNN:
     """``dense``, a node ratio, ``RATIO:torch-select`` (the torch selection path instead of
-    the compiled CPU one: ``PrunedPropagation.compiled_select = False``) or ``RATIO:relations``
-    (``model.prune.unvisited=relations``)."""
+    the compiled CPU one: ``PrunedPropagation.compiled_select = False``), ``RATIO:relations``
+    (``model.prune.unvisited=relations``) or ``RATIO:relationsK`` (and ``unvisited_hops=K``)."""
     ratio, _, variant = ratio.partition(":")
-    if variant not in ("", "torch-select", "relations"):
-        raise ValueError(f"unknown config variant {variant!r} (known: torch-select, relations)")
-    unvisited = "relations" if variant == "relations" else "constant"
-    prune = PruneConfig(unvisited=unvisited)
-    if ratio != "dense":
-        prune = PruneConfig(node_ratio=float(ratio), unvisited=unvisited)
+    hops = variant.removeprefix("relations")
+    if variant not in ("", "torch-select") and not (
+        variant.startswith("relations") and (hops == "" or hops.isdigit())
+    ):
+        raise ValueError(
+            f"unknown config variant {variant!r} (known: torch-select, relations, relationsK)"
+        )
+    kw = {}
+    if variant.startswith("relations"):
+        kw = dict(unvisited="relations", unvisited_hops=int(hops or 2))
+    prune = PruneConfig(**kw) if ratio == "dense" else PruneConfig(node_ratio=float(ratio), **kw)
     cfg = ModelConfig(
         num_layers=data["layers"],
         hidden_dim=dim,

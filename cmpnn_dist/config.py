@@ -122,7 +122,7 @@ class PruneConfig:
     sigmoid gate then gives way to the straight-through one and the model is exactly the dense
     one.  ``unvisited``: the score of a candidate never visited, ``constant`` (A*Net:
     decoder(0, z_q), all tied) or ``relations`` (that plus a learned prior on the relations
-    entering the candidate, :mod:`cmpnn_dist.model.pruned_prior`).
+    around the candidate within ``unvisited_hops`` hops, :mod:`cmpnn_dist.model.pruned_prior`).
     The defaults are A*Net's (benchmarks/results/pruned_accuracy.md: on fb237_ind_v1 at 0.1,
     test MRR .227 -> .274 over 3 seeds against mlp / straight_through)."""
 
@@ -135,6 +135,7 @@ class PruneConfig:
     gate: str = option("sigmoid", PruneGate)
     priority: str = option("decoder", PrunePriority)
     unvisited: str = option("constant", PruneUnvisited)
+    unvisited_hops: int = number(2, ge=1)
 
 
 @dataclass

@@ -26,12 +26,12 @@ def _with_weight(model, seed: int = 3):
 
 
 def _hand_embed(g, prior, mask=None) -> list[torch.Tensor]:
-    """e'_v of every node by loops over its kept in-edges (the module docstring's equations)."""
+    """e^(K)_v of every node by loops over its kept in-edges (the module docstring's
+    equations)."""
     n, r2 = g.num_nodes, g.num_relations
     src, dst, rel = g.src.tolist(), g.dst().tolist(), g.rel.tolist()
     kept = [i for i in range(g.num_edges) if mask is None or bool(mask[i])]
     u1, a1 = prior.profile.weight.detach(), prior.profile.bias.detach()
-    u2, a2 = prior.neighbours.weight.detach(), prior.neighbours.bias.detach()
     e = []
     for v in range(n):
         counts = torch.zeros(r2, dtype=u1.dtype)
@@ -39,12 +39,15 @@ def _hand_embed(g, prior, mask=None) -> list[torch.Tensor]:
             if dst[i] == v:
                 counts[rel[i]] += 1
         e.append(torch.relu(u1 @ torch.log1p(counts) + a1))
-    out = []
-    for v in range(n):
-        into = [src[i] for i in kept if dst[i] == v]
-        mean = sum((e[w] for w in into), torch.zeros_like(a1)) / max(len(into), 1)
-        out.append(e[v] + torch.relu(u2 @ mean + a2))
-    return out
+    for layer in prior.neighbours:
+        u, a = layer.weight.detach(), layer.bias.detach()
+        nxt = []
+        for v in range(n):
+            into = [src[i] for i in kept if dst[i] == v]
+            mean = sum((e[w] for w in into), torch.zeros_like(a)) / max(len(into), 1)
+            nxt.append(e[v] + torch.relu(u @ mean + a))
+        e = nxt
+    return e
 
 
 def _constant_twin(model):
@@ -58,14 +61,15 @@ def _constant_twin(model):
     return twin.eval()
 
 
-@pytest.mark.parametrize("masked", [False, True])
-def test_unvisited_candidates_score_their_relations(masked):
+@pytest.mark.parametrize("masked,hops", [(False, 2), (True, 2), (True, 1), (False, 3)])
+def test_unvisited_candidates_score_their_relations(masked, hops):
     g = graph(seed=2, num_nodes=30, num_facts=50)
     mask = None
     if masked:
         mask = torch.ones(g.num_edges, dtype=torch.bool)
         mask[::4] = False
-    model = _with_weight(pair(cfg_of(SMALL), seed=0)[0].eval())
+    model = _with_weight(pair(cfg_of(dict(SMALL, unvisited_hops=hops)), seed=0)[0].eval())
+    assert len(model.pruned.unvisited.neighbours) == hops - 1
     twin = _constant_twin(model)
     heads, rels = torch.tensor([0, 1]), torch.tensor([0, 3])
     with torch.no_grad():
@@ -173,6 +177,8 @@ def test_unknown_unvisited_kind_is_refused():
 
     with pytest.raises(ValueError, match=r"'nearest' for model\.prune\.unvisited.*relations"):
         validate_section(PruneConfig(unvisited="nearest"), "model.prune.")
+    with pytest.raises(ValueError, match=r"model\.prune\.unvisited_hops"):
+        validate_section(PruneConfig(unvisited_hops=0), "model.prune.")
 
 
 def test_evaluation_caches_the_embedding_until_a_parameter_moves():
@@ -184,7 +190,7 @@ def test_evaluation_caches_the_embedding_until_a_parameter_moves():
         cached = g._cache["pruned_prior_embed"][1]
         assert torch.equal(model(g, *QUERIES), first)
         assert g._cache["pruned_prior_embed"][1] is cached
-        prior.neighbours.bias.add_(0.5)  # an optimizer step
+        prior.neighbours[0].bias.add_(0.5)  # an optimizer step
         moved = model(g, *QUERIES)
     assert g._cache["pruned_prior_embed"][1] is not cached
     assert torch.equal(moved, model(g, *QUERIES))  # with autograd: computed afresh, the same

@@ -96,7 +96,7 @@ class PrunedPropagation(nn.Module):
         if self.prune.unvisited == "relations":
             if num_relations is None:
                 raise ValueError("model.prune.unvisited=relations needs the number of relations")
-            self.unvisited = RelationPrior(num_relations, dim)
+            self.unvisited = RelationPrior(num_relations, dim, self.prune.unvisited_hops)
         self.last_stats: list[tuple[int, int, int]] = []
         self.compiled_select = True
 

@@ -11,18 +11,21 @@ pessimistic ties): on the GraIL v1 splits at node_ratio 0.1 that is every lost H
 never visited at any ratio.  The dense model does rank them: the layers' biases give every node
 a state, and the relation-specific messages it then receives make that state a function of the
 relations around the node, the same for every head.  ``unvisited=relations`` learns a
-two-hop summary of those relations instead, once per graph and not per query:
+K-hop summary of those relations instead (K = ``model.prune.unvisited_hops``, default 2), once
+per graph and not per query:
 
-    n_v         = (number of kept edges of relation r entering v)_r       [N, 2|R|]
-    e_v         = ReLU(U_1 log(1 + n_v) + a_1)                            [N, d]
-    e'_v        = e_v + ReLU(U_2 mean_{(w, r, v) kept} e_w + a_2)         [N, d]
-    s(v | u, q) = c_q + W[q] . e'_v               (v not visited from u)  [B, N]
+    n_v           = (number of kept edges of relation r entering v)_r          [N, 2|R|]
+    e^(1)_v       = ReLU(U_1 log(1 + n_v) + a_1)                               [N, d]
+    e^(k+1)_v     = e^(k)_v + ReLU(U_{k+1} mean_{(w, r, v) kept} e^(k)_w + a_{k+1})
+    s(v | u, q)   = c_q + W[q] . e^(K)_v              (v not visited from u)   [B, N]
 
 with W [2|R|, d] zero at the start, so a run starts from A*Net's constant.  It reads only the
 graph (inductive: no entity parameters); the edges that ``edge_mask`` removes (the query
 pair's, in training) are neither counted nor averaged over, so a training answer is not told
-by its own edge.  Cost per forward O(E d), no [N, B, d] tensor; without autograd and without a
-mask, e' is computed once per graph and parameter version.  Visited candidates keep
+by its own edge.  Cost per training forward O(E + P d) for K = 1 (P: distinct (node, relation)
+pairs) and O(E d) more per further hop, no [N, B, d] tensor (at biokg scale a hop costs about
+as much as the rest of a pruned step at node_ratio 0.005: README); without autograd and
+without a mask, e^(K) is computed once per graph and parameter version.  Visited candidates keep
 ``decoder(h^(T), z_q)``, so the dense limit (every node visited) is unchanged; candidates with
 the same e' still tie, under the evaluation's rule.
 """
@@ -67,20 +70,22 @@ def relation_profile(graph: Graph, edge_mask: Tensor | None, dtype: torch.dtype)
 
 
 class RelationPrior(nn.Module):
-    """``W[q] . e'_v`` for every node v and query relation q of a batch (the module docstring's
-    equations).  Args of :meth:`forward`: graph (2|R| relations), rels int64 [B], edge_mask bool
-    [E] or None.  Returns float [B, N]."""
+    """``W[q] . e^(K)_v`` for every node v and query relation q of a batch (the module
+    docstring's equations; ``hops`` = K >= 1).  Args of :meth:`forward`: graph (2|R| relations),
+    rels int64 [B], edge_mask bool [E] or None.  Returns float [B, N]."""
 
-    def __init__(self, num_relations: int, dim: int):
+    def __init__(self, num_relations: int, dim: int, hops: int = 2):
         super().__init__()
+        if hops < 1:
+            raise ValueError(f"model.prune.unvisited_hops={hops!r} must be >= 1")
         self.num_relations = num_relations
         self.profile = nn.Linear(num_relations, dim)  # U_1, a_1
-        self.neighbours = nn.Linear(dim, dim)  # U_2, a_2
+        self.neighbours = nn.ModuleList(nn.Linear(dim, dim) for _ in range(hops - 1))  # U_k, a_k
         self.weight = nn.Parameter(torch.zeros(num_relations, dim))  # W
         self._token = object()  # this instance, for the evaluation cache's key
 
     def embed(self, graph: Graph, edge_mask: Tensor | None = None) -> Tensor:
-        """e' float [N, d], in the parameters' dtype (outside autocast: a sparse product)."""
+        """e^(K) float [N, d], in the parameters' dtype (outside autocast: a sparse product)."""
         with torch.autocast(graph.src.device.type, enabled=False):
             return self._embed(graph, edge_mask)
 
@@ -93,6 +98,8 @@ class RelationPrior(nn.Module):
         dtype = self.weight.dtype
         profile = relation_profile(graph, edge_mask, dtype)
         e = torch.relu(torch.sparse.mm(profile, self.profile.weight.t()) + self.profile.bias)
+        if not len(self.neighbours):
+            return e
         # the mean over kept in-edges as one sparse product over the graph's destination CSR
         n, dst = graph.num_nodes, graph.dst()
         if edge_mask is None:
@@ -109,7 +116,9 @@ class RelationPrior(nn.Module):
                 (n, n),
                 check_invariants=False,
             )
-        return e + torch.relu(self.neighbours(torch.sparse.mm(mean_of_in, e)))
+        for layer in self.neighbours:
+            e = e + torch.relu(layer(torch.sparse.mm(mean_of_in, e)))
+        return e
 
     def forward(self, graph: Graph, rels: Tensor, edge_mask: Tensor | None = None) -> Tensor:
         if torch.is_grad_enabled() or edge_mask is not None:
