@@ -220,3 +220,18 @@ def test_the_benchmarks_visited_split_matches_the_slow_reference():
         _, unvisited = slow_pruned(_constant_twin(model), g, head, rel)
         assert [v for v in range(n) if not got[v]] == unvisited
     assert model.pruned.unvisited is prior  # switched back on
+
+
+def test_checkpoints_of_the_first_two_hop_prior_load():
+    """Commits ee0c99c-a8579de named the one extra hop's Linear ``neighbours``."""
+    g = graph(seed=2, num_nodes=30, num_facts=50)
+    model = _with_weight(pair(cfg_of(SMALL), seed=0)[0].eval())
+    state = model.state_dict()
+    for name in ("weight", "bias"):
+        state[f"pruned.unvisited.neighbours.{name}"] = state.pop(
+            f"pruned.unvisited.neighbours.0.{name}"
+        )
+    fresh = pair(cfg_of(SMALL), seed=1)[0].eval()
+    fresh.load_state_dict(state)
+    with torch.no_grad():
+        assert torch.equal(fresh(g, *QUERIES), model(g, *QUERIES))

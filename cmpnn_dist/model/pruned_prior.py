@@ -84,6 +84,14 @@ class RelationPrior(nn.Module):
         self.weight = nn.Parameter(torch.zeros(num_relations, dim))  # W
         self._token = object()  # this instance, for the evaluation cache's key
 
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args, **kwargs) -> None:
+        # checkpoints of commits ee0c99c-a8579de: one extra hop, its Linear named "neighbours"
+        for name in ("weight", "bias"):
+            old = f"{prefix}neighbours.{name}"
+            if old in state_dict:
+                state_dict[f"{prefix}neighbours.0.{name}"] = state_dict.pop(old)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     def embed(self, graph: Graph, edge_mask: Tensor | None = None) -> Tensor:
         """e^(K) float [N, d], in the parameters' dtype (outside autocast: a sparse product)."""
         with torch.autocast(graph.src.device.type, enabled=False):
