@@ -53,7 +53,8 @@ def command(
         "train.num_threads=1",
         f"storage_root={storage}",
         f"data_root={Path('/work/shared/data') if Path('/work/shared/data').is_dir() else ''}",
-        f"run_name=pruned-{preset}-{ratio}{UNVISITED_TAG[unvisited]}-s{seed}-e{epochs}",
+        f"run_name=pruned-{preset}-{ratio}{'' if ratio == 'dense' else UNVISITED_TAG[unvisited]}"
+        f"-s{seed}-e{epochs}",
         "resume=false",
     ]
     if ratio != "dense":
