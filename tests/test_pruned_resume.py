@@ -1,5 +1,7 @@
 """A pruned run (model.propagation=pruned, INIT 3 so the RNG matters) SIGKILLed in a separate
-process resumes bit for bit: weights, losses and metrics equal those of an uninterrupted run."""
+process resumes bit for bit: weights, losses and metrics equal those of an uninterrupted run,
+with A*Net's constant for unvisited candidates and with the relation prior (its parameters and
+Adam state restored like every other)."""
 
 from __future__ import annotations
 
@@ -9,26 +11,32 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from test_training import _assert_same_weights, _train_rows, rule_kg, small_cfg
 
 from cmpnn_dist.training.checkpoint_store import CheckpointStore
 from cmpnn_dist.training.loop import fit
 
 
-def pruned_cfg():
+def pruned_cfg(unvisited: str = "constant"):
     cfg = small_cfg()
     cfg.model.propagation = "pruned"
     cfg.model.prune.node_ratio = 0.25  # 8 of 32 nodes per layer and query
     cfg.model.prune.degree_ratio = 0.5
+    cfg.model.prune.unvisited = unvisited
     return cfg
 
 
-def test_pruned_run_sigkilled_resumes_bit_identical(tmp_path):
+@pytest.mark.parametrize("unvisited", ["constant", "relations"])
+def test_pruned_run_sigkilled_resumes_bit_identical(tmp_path, unvisited):
     data = rule_kg(32)
-    ref = fit(pruned_cfg(), data, run_dir=tmp_path / "ref")
-    # the default priority is the decoder (A*Net): no parameters of the pruning's own
+    ref = fit(pruned_cfg(unvisited), data, run_dir=tmp_path / "ref")
+    # the default priority is the decoder (A*Net): no parameters of the pruning's own but the
+    # unvisited-candidate prior's
     assert "decoder.out.bias" in ref.final_state
-    assert not any(k.startswith("pruned.") for k in ref.final_state)
+    own = {k for k in ref.final_state if k.startswith("pruned.")}
+    assert bool(own) == (unvisited == "relations")
+    assert all(k.startswith("pruned.unvisited.") for k in own)
     run = tmp_path / "killed"
     script = textwrap.dedent(
         f"""
@@ -41,14 +49,14 @@ def test_pruned_run_sigkilled_resumes_bit_identical(tmp_path):
             if step == 13:
                 os.kill(os.getpid(), signal.SIGKILL)
 
-        fit(pruned_cfg(), rule_kg(32), run_dir={str(run)!r}, on_step=kill)
+        fit(pruned_cfg({unvisited!r}), rule_kg(32), run_dir={str(run)!r}, on_step=kill)
         """
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     found = CheckpointStore(run).find_latest()
     assert found is not None and found.path.name == "step_00000010"
-    res = fit(pruned_cfg(), data, run_dir=run)
+    res = fit(pruned_cfg(unvisited), data, run_dir=run)
     assert res.resumed_from_step == 10
     _assert_same_weights(ref.final_state, res.final_state)
     _assert_same_weights(ref.model.state_dict(), res.model.state_dict())
