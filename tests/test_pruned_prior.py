@@ -195,6 +195,10 @@ def test_evaluation_caches_the_embedding_until_a_parameter_moves():
     assert g._cache["pruned_prior_embed"][1] is not cached
     assert torch.equal(moved, model(g, *QUERIES))  # with autograd: computed afresh, the same
     assert not torch.equal(moved, first)
+    prior.profile.weight.data = prior.profile.weight.data * 2  # replaced, not updated in place
+    with torch.no_grad():
+        replaced = model(g, *QUERIES)
+    assert torch.equal(replaced, model(g, *QUERIES)) and not torch.equal(replaced, moved)
     other = _with_weight(pair(cfg_of(SMALL), seed=1)[0].eval())  # another model, same graph
     with torch.no_grad():
         got = other(g, *QUERIES)

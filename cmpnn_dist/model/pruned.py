@@ -25,8 +25,8 @@ With priority=decoder (the default, as A*Net) the priority of a node is its curr
 the link-prediction loss trains the priority directly (the gate adds a second path); a
 separate MLP (priority=mlp) learns only through the gate.  Unvisited nodes keep their initial
 state 0 and so all score ``decoder(0, z_q)``: their ranks follow the evaluation's tie rule
-(unvisited=constant, A*Net's); unvisited=relations adds a learned prior on the relations that
-enter each of them (:mod:`.pruned_prior`).
+(unvisited=constant, A*Net's); unvisited=relations adds a learned prior on the relations
+around each of them (:mod:`.pruned_prior`).
 States live on visited (query, node) pairs only, one packed graph per layer (keys b N + v,
 :mod:`.pruned_select`) through the same ``ops.propagate``.
 
@@ -196,7 +196,7 @@ class PrunedPropagation(nn.Module):
             visited = model.decoder.rows(h, z_q.to(h.dtype), keys // n)
         if self.unvisited is None:  # unvisited=constant: all tie at decoder(0, z_q)
             flat = const.repeat(1, n).reshape(-1).to(visited.dtype)
-        else:  # unvisited=relations: plus the prior on the relations entering each node
+        else:  # unvisited=relations: plus the prior on the relations around each node
             prior = self.unvisited(graph, rels, edge_mask)
             flat = (const.to(prior.dtype) + prior).reshape(-1).to(visited.dtype)
         return flat.index_put((keys,), visited).view(batch, n)

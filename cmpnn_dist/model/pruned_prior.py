@@ -27,7 +27,7 @@ pairs) and O(E d) more per further hop, no [N, B, d] tensor (at biokg scale a ho
 as much as the rest of a pruned step at node_ratio 0.005: README); without autograd and
 without a mask, e^(K) is computed once per graph and parameter version.  Visited candidates keep
 ``decoder(h^(T), z_q)``, so the dense limit (every node visited) is unchanged; candidates with
-the same e' still tie, under the evaluation's rule.
+the same e^(K) still tie, under the evaluation's rule.
 """
 
 from __future__ import annotations
@@ -131,8 +131,10 @@ class RelationPrior(nn.Module):
     def forward(self, graph: Graph, rels: Tensor, edge_mask: Tensor | None = None) -> Tensor:
         if torch.is_grad_enabled() or edge_mask is not None:
             e = self.embed(graph, edge_mask)
-        else:  # evaluation: once per graph and parameter version
-            key = (self._token, self.weight.dtype, *(p._version for p in self.parameters()))
+        else:  # evaluation: once per graph and parameter version (in-place updates bump
+            # _version; a replaced or moved tensor has another address, dtype or device)
+            params = [(p.data_ptr(), p._version, p.dtype, p.device) for p in self.parameters()]
+            key = (self._token, *params)
             cached = graph._cache.get("pruned_prior_embed")
             if cached is None or cached[0] != key:
                 cached = graph._cache["pruned_prior_embed"] = (key, self.embed(graph))
