@@ -50,20 +50,34 @@ def within_hops(
     return seen
 
 
-def split_run(run: Path, reach: dict[tuple[int, int], bool]) -> dict[str, float]:
-    """Hits@10_50 of one run's test ranks, overall and by reachability of the answer."""
+def test_rankings(run: Path) -> dict[str, np.ndarray]:
+    """One run's test rankings (``ranks_test_all.parquet``): ``source`` / ``answer`` (the head
+    and tail, swapped for head prediction), ``relation`` (the fact's, in [0, |R|)), ``tail``
+    (bool: tail prediction) and ``hits`` (Hits@10_50 by the evaluation's own rule, torchdrug:
+    the formula in the module docstring)."""
     import pyarrow.parquet as pq
     import torch
 
     from cmpnn_dist.evaluation.metrics import hits_at_k_with_negatives
 
     t = pq.read_table(run / "ranks_test_all.parquet").to_pydict()
-    tail_dir = np.array([d == "tail" for d in t["direction"]])
-    src = np.where(tail_dir, t["head"], t["tail"])
-    dst = np.where(tail_dir, t["tail"], t["head"])
-    ok = np.array([reach[(int(a), int(b))] for a, b in zip(src, dst, strict=True)])
+    tail = np.array([d == "tail" for d in t["direction"]])
     ranks, cands = torch.tensor(t["rank"]), torch.tensor(t["candidates"])
-    h = hits_at_k_with_negatives(ranks, cands, 10, 50, "torchdrug").numpy()
+    return {
+        "source": np.where(tail, t["head"], t["tail"]),
+        "answer": np.where(tail, t["tail"], t["head"]),
+        "relation": np.asarray(t["relation"]),
+        "tail": tail,
+        "hits": hits_at_k_with_negatives(ranks, cands, 10, 50, "torchdrug").numpy(),
+    }
+
+
+def split_run(run: Path, reach: dict[tuple[int, int], bool]) -> dict[str, float]:
+    """Hits@10_50 of one run's test ranks, overall and by reachability of the answer."""
+    t = test_rankings(run)
+    pairs = zip(t["source"], t["answer"], strict=True)
+    ok = np.array([reach[(int(a), int(b))] for a, b in pairs])
+    h = t["hits"]
     return {
         "queries": len(h),
         "hits": float(h.mean()),

@@ -150,7 +150,7 @@ def make_model(ratio: str, data: dict, dim: int, dev: str) -> CMPNN:
         )
     kw = {}
     if variant.startswith("relations"):
-        kw = dict(unvisited="relations", unvisited_hops=int(hops or 2))
+        kw = dict(unvisited="relations", unvisited_hops=int(hops or PruneConfig.unvisited_hops))
     prune = PruneConfig(**kw) if ratio == "dense" else PruneConfig(node_ratio=float(ratio), **kw)
     cfg = ModelConfig(
         num_layers=data["layers"],

@@ -6,7 +6,7 @@ test ranking's source is propagated once more with the unvisited-candidate prior
 (``model.pruned.unvisited = None``: visited scores are unchanged, every unvisited candidate then
 scores ``decoder(0, z_q)`` exactly), so the answer was visited iff its score differs from that
 constant.  Per group: rankings, Hits@10_50 of the run's own ranks (``ranks_test_all.parquet``,
-the evaluation's rule, :func:`pruned_gap.split_run`'s formula) and the group's share of the
+the evaluation's rule, :func:`pruned_gap.test_rankings`) and the group's share of the
 total (shares add up to it).  Dense runs count every answer as visited.
 
     python benchmarks/pruned_unvisited.py --runs /tmp/pa2/runs/pruned-fb237_ind_v1-0.1-s0-e2 \\
@@ -25,7 +25,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
-from pruned_gap import within_hops  # noqa: E402
+from pruned_gap import test_rankings, within_hops  # noqa: E402
 
 
 def answer_visited(
@@ -55,26 +55,18 @@ def answer_visited(
 
 def split(run: Path, storage: str, hops: int) -> dict:
     """The three groups of one run (see the module docstring)."""
-    import pyarrow.parquet as pq
-
-    from cmpnn_dist.evaluation.metrics import hits_at_k_with_negatives
     from cmpnn_dist.predict.loading import load_model
     from cmpnn_dist.training.data import load_train_data
 
     model, _, ds = load_model(run, [f"storage_root={storage}"])
-    test = load_train_data(ds).test
-    t = pq.read_table(run / "ranks_test_all.parquet").to_pydict()
-    tail = np.array([d == "tail" for d in t["direction"]])
-    src = torch.tensor(np.where(tail, t["head"], t["tail"]))
-    dst = torch.tensor(np.where(tail, t["tail"], t["head"]))
-    rel = torch.tensor(np.where(tail, t["relation"], np.array(t["relation"]) + model.num_relations))
-    g = test.graph
+    g = load_train_data(ds).test.graph
+    t = test_rankings(run)
+    src, dst = torch.as_tensor(t["source"]), torch.as_tensor(t["answer"])
+    rel = torch.as_tensor(np.where(t["tail"], t["relation"], t["relation"] + model.num_relations))
     visited = answer_visited(model, g, src, rel, dst)
-    seen = within_hops(g.src.numpy(), g.dst().numpy(), g.num_nodes, src.numpy(), hops)
-    within = seen[np.arange(len(src)), dst.numpy()]
-    hits = hits_at_k_with_negatives(
-        torch.tensor(t["rank"]), torch.tensor(t["candidates"]), 10, 50, "torchdrug"
-    ).numpy()
+    seen = within_hops(g.src.numpy(), g.dst().numpy(), g.num_nodes, t["source"], hops)
+    within = seen[np.arange(len(src)), t["answer"]]
+    hits = t["hits"]
     groups = {
         "visited, within": visited & within,
         "unvisited, within": ~visited & within,

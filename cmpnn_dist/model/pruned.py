@@ -196,7 +196,8 @@ class PrunedPropagation(nn.Module):
             visited = model.decoder.rows(h, z_q.to(h.dtype), keys // n)
         if self.unvisited is None:  # unvisited=constant: all tie at decoder(0, z_q)
             flat = const.repeat(1, n).reshape(-1).to(visited.dtype)
-        else:  # unvisited=relations: plus the prior on the relations around each node
+        else:  # unvisited=relations: plus the prior on the relations around each node (also
+            # when every node is visited and it is all overwritten: DDP wants its gradient)
             prior = self.unvisited(graph, rels, edge_mask)
             flat = (const.to(prior.dtype) + prior).reshape(-1).to(visited.dtype)
         return flat.index_put((keys,), visited).view(batch, n)
