@@ -40,7 +40,13 @@ UNVISITED_TAG = {"constant": "", "relations": "-rel"}  # run names; variant labe
 
 
 def command(
-    preset: str, ratio: str, seed: int, epochs: int, storage: str, unvisited: str = "constant"
+    preset: str,
+    ratio: str,
+    seed: int,
+    epochs: int,
+    storage: str,
+    unvisited: str = "constant",
+    prior: str = "none",
 ) -> list[str]:
     cmd = [
         sys.executable,
@@ -54,13 +60,15 @@ def command(
         f"storage_root={storage}",
         f"data_root={Path('/work/shared/data') if Path('/work/shared/data').is_dir() else ''}",
         f"run_name=pruned-{preset}-{ratio}{'' if ratio == 'dense' else UNVISITED_TAG[unvisited]}"
-        f"-s{seed}-e{epochs}",
+        f"{'' if prior == 'none' else '-prior'}-s{seed}-e{epochs}",
         "resume=false",
     ]
     if ratio != "dense":
         cmd += ["model.propagation=pruned", f"model.prune.node_ratio={ratio}"]
         if unvisited != "constant":
             cmd.append(f"model.prune.unvisited={unvisited}")
+    if prior != "none":
+        cmd.append(f"model.prior={prior}")
     return cmd
 
 
@@ -94,10 +102,35 @@ def last_json(cmd: list[str]) -> tuple[dict, float]:
         return json.loads(out.read().strip().splitlines()[-1]), usage.ru_utime + usage.ru_stime
 
 
+def label_of(entry: dict) -> str:
+    """``dense`` or ``<ratio> (<priority>, <gate>[, relations])``, then `` + prior`` for runs
+    with ``model.prior=relations``."""
+    base = "dense" if entry["ratio"] == "dense" else f"{entry['ratio']} ({variant_of(entry)})"
+    return base + ("" if entry.get("prior", "none") == "none" else " + prior")
+
+
+def key_of(entry: dict) -> tuple:
+    """What makes two runs the same cell (a rerun replaces the older entry)."""
+    return (
+        entry["preset"],
+        entry["ratio"],
+        entry["seed"],
+        entry["epochs"],
+        variant_of(entry),
+        entry.get("prior", "none"),
+    )
+
+
 def run_one(
-    preset: str, ratio: str, seed: int, epochs: int, storage: str, unvisited: str = "constant"
+    preset: str,
+    ratio: str,
+    seed: int,
+    epochs: int,
+    storage: str,
+    unvisited: str = "constant",
+    prior: str = "none",
 ) -> dict:
-    cmd = command(preset, ratio, seed, epochs, storage, unvisited)
+    cmd = command(preset, ratio, seed, epochs, storage, unvisited, prior)
     t0 = time.perf_counter()
     last, cpu = last_json(cmd)
     return {
@@ -112,6 +145,7 @@ def run_one(
         "loadavg": [round(x, 2) for x in os.getloadavg()],
         "commit": git_commit("--short=12", mark_dirty=True),
         "variant": None if ratio == "dense" else prune_variant(unvisited),
+        "prior": prior,
         "command": " ".join(cmd[1:]),
         "when_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
     }
@@ -129,8 +163,10 @@ def to_markdown(entries: list[dict]) -> str:
         f"default since model.prune.priority exists), `({OLD_VARIANT})` = the earlier "
         "default (a separate priority MLP, straight-through gate); `, relations`: "
         "`model.prune.unvisited=relations` (unvisited candidates score by a learned two-hop "
-        "summary of their relations, `cmpnn_dist/model/pruned_prior.py`; without it they all "
-        "tie at one constant); best epoch by valid MRR",
+        "summary of their relations, `cmpnn_dist/model/relation_prior.py`; without it they all "
+        "tie at one constant); ` + prior`: `model.prior=relations` (every candidate's logit, "
+        "dense or pruned, plus the same kind of learned relation summary; its dense runs are "
+        "the reference of its pruned ones); best epoch by valid MRR",
         f"- **reduced budget** where `epochs` < {FULL_EPOCHS} (the preset's full budget); "
         "the full-budget command is the same with the `train.epochs` override removed",
         "- metric: test Hits@10 against 50 negatives (the paper's), full filtered rank MRR; "
@@ -150,7 +186,7 @@ def to_markdown(entries: list[dict]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     dense = {
-        (e["preset"], e["epochs"], e["seed"]): e["test"]["hits@10_50"]
+        (e["preset"], e["epochs"], e["seed"], e.get("prior", "none")): e["test"]["hits@10_50"]
         for e in entries
         if e["ratio"] == "dense"
     }
@@ -165,9 +201,9 @@ def to_markdown(entries: list[dict]) -> str:
         ),
     ):
         h = e["test"]["hits@10_50"]
-        ref = dense.get((e["preset"], e["epochs"], e["seed"]))
+        ref = dense.get((e["preset"], e["epochs"], e["seed"], e.get("prior", "none")))
         diff = "" if ref is None or e["ratio"] == "dense" else f"{h - ref:+.3f}"
-        prop = "dense" if e["ratio"] == "dense" else f"pruned {e['ratio']} ({variant_of(e)})"
+        prop = label_of(e) if e["ratio"] == "dense" else f"pruned {label_of(e)}"
         lines.append(
             f"| {e['preset']} | {prop} | {e['epochs']} | {e['seed']} | {h:.3f} | {diff} "
             f"| {e['test']['mrr']:.3f} | {PAPER_HITS.get(e['preset'], float('nan')):.3f} "
@@ -175,8 +211,7 @@ def to_markdown(entries: list[dict]) -> str:
         )
     groups: dict[tuple, list[dict]] = {}
     for e in entries:
-        label = e["ratio"] if e["ratio"] == "dense" else f"{e['ratio']} ({variant_of(e)})"
-        groups.setdefault((e["preset"], e["epochs"], label), []).append(e)
+        groups.setdefault((e["preset"], e["epochs"], label_of(e)), []).append(e)
     multi = {k: v for k, v in groups.items() if len(v) > 1}
     if multi:
         lines += [
@@ -211,6 +246,12 @@ def main(argv: list[str] | None = None) -> int:
         default="constant",
         help="model.prune.unvisited of the pruned runs",
     )
+    p.add_argument(
+        "--prior",
+        choices=["none", "relations"],
+        default="none",
+        help="model.prior of every run (dense and pruned)",
+    )
     p.add_argument("--storage", default="/tmp/pruned_accuracy")
     p.add_argument("--collect", action="store_true", help="only rewrite the table")
     p.add_argument("--jobs", type=int, default=1, help="runs side by side (one thread each)")
@@ -229,16 +270,13 @@ def main(argv: list[str] | None = None) -> int:
 
         def one(cell: tuple[str, str, int]) -> dict:
             preset, ratio, seed = cell
-            return run_one(preset, ratio, seed, args.epochs, args.storage, args.unvisited)
+            return run_one(
+                preset, ratio, seed, args.epochs, args.storage, args.unvisited, args.prior
+            )
 
         with ThreadPoolExecutor(args.jobs) as pool:  # results written as each run ends
             for e in pool.map(one, cells):
-                key = (e["preset"], e["ratio"], e["seed"], e["epochs"], variant_of(e))
-                entries = [
-                    x
-                    for x in entries
-                    if (x["preset"], x["ratio"], x["seed"], x["epochs"], variant_of(x)) != key
-                ]
+                entries = [x for x in entries if key_of(x) != key_of(e)]
                 entries.append(e)
                 write_atomic(path, json.dumps(entries, indent=1))
                 write_atomic(out / "pruned_accuracy.md", to_markdown(entries))

@@ -35,6 +35,7 @@ Aggregate = Literal["sum", "mean", "max", "pna"]
 History = Literal["t", "0"]
 Readout = Literal["none", "sum", "relation"]
 Propagation = Literal["dense", "pruned"]
+ModelPrior = Literal["none", "relations"]
 PruneGate = Literal["straight_through", "sigmoid"]
 PrunePriority = Literal["decoder", "mlp"]
 PruneUnvisited = Literal["constant", "relations"]
@@ -122,7 +123,7 @@ class PruneConfig:
     sigmoid gate then gives way to the straight-through one and the model is exactly the dense
     one.  ``unvisited``: the score of a candidate never visited, ``constant`` (A*Net:
     decoder(0, z_q), all tied) or ``relations`` (that plus a learned prior on the relations
-    around the candidate within ``unvisited_hops`` hops, :mod:`cmpnn_dist.model.pruned_prior`).
+    around the candidate within ``unvisited_hops`` hops, :mod:`cmpnn_dist.model.relation_prior`).
     The defaults are A*Net's (benchmarks/results/pruned_accuracy.md: on fb237_ind_v1 at 0.1,
     test MRR .227 -> .274 over 3 seeds against mlp / straight_through)."""
 
@@ -165,6 +166,10 @@ class ModelConfig:
     # dense: every node, every edge, every layer; pruned: learned-priority pruning (model.prune)
     propagation: str = option("dense", Propagation)
     prune: PruneConfig = field(default_factory=PruneConfig)
+    # relations: every candidate's logit plus W[q] . e_v, a learned summary of the relations
+    # around v within prior_hops hops (cmpnn_dist.model.relation_prior); dense and pruned alike
+    prior: str = option("none", ModelPrior)
+    prior_hops: int = number(2, ge=1)
 
 
 @dataclass

@@ -6,6 +6,7 @@ For B queries (u_b, q_b) at once, with R2 = 2|R| relations (inverses included):
     h^(0)            = INIT(u, v, q)                                         [N, B, d]
     h^(t+1)          = layer_t(h^(t), h^{f(t)}, z_q)     t = 0 .. T-1        [N, B, d]
     logit(v | u, q)  = MLP([h^(T)_{v|u,q} || z_q])                           [B, N]
+                       (+ W[q] . e_v with model.prior=relations: :mod:`.relation_prior`)
 
 so one forward pass scores every candidate tail v.  Head prediction is tail prediction with
 the inverse relation q + |R|.  See :mod:`.init`, :mod:`.messages`, :mod:`.aggregations`,
@@ -47,13 +48,24 @@ def check_model_config(cfg: ModelConfig) -> None:
             raise ValueError(f"model.{key}={value!r} must be a positive integer")
     if cfg.num_bases is not None and (not isinstance(cfg.num_bases, int) or cfg.num_bases < 1):
         raise ValueError(f"model.num_bases={cfg.num_bases!r} must be a positive integer or null")
+    prior = getattr(cfg, "prior", "none")
+    if prior not in ("none", "relations"):
+        raise ValueError(f"model.prior={prior!r} is not one of ['none', 'relations']")
+    pruned = getattr(cfg, "propagation", "dense") == "pruned"
+    if prior != "none" and pruned and cfg.prune.unvisited != "constant":
+        raise ValueError(
+            f"model.prior={prior} already scores every candidate: "
+            f"model.prune.unvisited={cfg.prune.unvisited} would add a second prior to the "
+            "unvisited ones (use model.prune.unvisited=constant)"
+        )
 
 
 class CMPNN(nn.Module):
     """C-MPNN over a graph with ``num_relations`` = |R| original relations.
 
     Attributes: ``query`` (z_q embedding over 2|R| query relations), ``layers``
-    (``num_layers`` :class:`CMPNNLayer`), ``decoder`` (:class:`Decoder`).
+    (``num_layers`` :class:`CMPNNLayer`), ``decoder`` (:class:`Decoder`), ``prior``
+    (:class:`~.relation_prior.RelationPrior` with model.prior=relations, else None).
     """
 
     def __init__(self, cfg: ModelConfig, num_relations: int, ops: OpsConfig | None = None):
@@ -69,6 +81,11 @@ class CMPNN(nn.Module):
         self.query = nn.Embedding(r2, dim)
         self.layers = nn.ModuleList(CMPNNLayer(cfg, r2, self.ops) for _ in range(cfg.num_layers))
         self.decoder = Decoder(dim, cfg.decoder_hidden_dim)
+        self.prior = None  # model.prior=relations: W[q] . e_v added to every logit
+        if getattr(cfg, "prior", "none") == "relations":
+            from cmpnn_dist.model.relation_prior import RelationPrior
+
+            self.prior = RelationPrior(r2, dim, cfg.prior_hops)
         self.pruned = None  # model.propagation=pruned: the priority and the pruned forward
         if getattr(cfg, "propagation", "dense") == "pruned":
             from cmpnn_dist.model.pruned import PrunedPropagation
@@ -143,10 +160,15 @@ class CMPNN(nn.Module):
         if self.pruned is not None:  # model.propagation=pruned (cmpnn_dist.model.pruned)
             if isinstance(edge_weight, list | tuple):  # one per layer (explanations)
                 weights = _per_layer(edge_weight, len(self.layers))
-                return self.pruned(self, graph, heads, rels, edge_mask, layer_weights=weights)
-            return self.pruned(self, graph, heads, rels, edge_mask, edge_weight)
-        h, z_q = self.encode(graph, heads, rels, edge_mask, edge_weight)
-        return self.decoder(h.transpose(0, 1), z_q)
+                logits = self.pruned(self, graph, heads, rels, edge_mask, layer_weights=weights)
+            else:
+                logits = self.pruned(self, graph, heads, rels, edge_mask, edge_weight)
+        else:
+            h, z_q = self.encode(graph, heads, rels, edge_mask, edge_weight)
+            logits = self.decoder(h.transpose(0, 1), z_q)
+        if self.prior is not None:  # the query pair's removed edges are not counted
+            logits = logits + self.prior(graph, rels, edge_mask).to(logits.dtype)
+        return logits
 
 
 def _per_layer(

@@ -26,7 +26,7 @@ the link-prediction loss trains the priority directly (the gate adds a second pa
 separate MLP (priority=mlp) learns only through the gate.  Unvisited nodes keep their initial
 state 0 and so all score ``decoder(0, z_q)``: their ranks follow the evaluation's tie rule
 (unvisited=constant, A*Net's); unvisited=relations adds a learned prior on the relations
-around each of them (:mod:`.pruned_prior`).
+around each of them (:mod:`.relation_prior`).
 States live on visited (query, node) pairs only, one packed graph per layer (keys b N + v,
 :mod:`.pruned_select`) through the same ``ops.propagate``.
 
@@ -46,7 +46,6 @@ from torch import Tensor, nn
 
 from cmpnn_dist.config import ModelConfig
 from cmpnn_dist.graph import Graph
-from cmpnn_dist.model.pruned_prior import RelationPrior
 from cmpnn_dist.model.pruned_select import (
     out_edges,
     out_index,
@@ -55,6 +54,7 @@ from cmpnn_dist.model.pruned_select import (
     segment_topk,
 )
 from cmpnn_dist.model.readout import relation_node_sets
+from cmpnn_dist.model.relation_prior import RelationPrior
 from cmpnn_dist.ops import compiled_cpu, propagate
 
 

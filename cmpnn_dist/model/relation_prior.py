@@ -135,8 +135,8 @@ class RelationPrior(nn.Module):
             # _version; a replaced or moved tensor has another address, dtype or device)
             params = [(p.data_ptr(), p._version, p.dtype, p.device) for p in self.parameters()]
             key = (self._token, *params)
-            cached = graph._cache.get("pruned_prior_embed")
+            cached = graph._cache.get("relation_prior_embed")
             if cached is None or cached[0] != key:
-                cached = graph._cache["pruned_prior_embed"] = (key, self.embed(graph))
+                cached = graph._cache["relation_prior_embed"] = (key, self.embed(graph))
             e = cached[1]
         return self.weight.index_select(0, rels) @ e.t()

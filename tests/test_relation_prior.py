@@ -13,7 +13,7 @@ from test_pruned import QUERIES, cfg_of, design_space, graph, pair, slow_pruned
 
 from cmpnn_dist.config import PruneConfig
 from cmpnn_dist.evaluation.ranking import tied_rank
-from cmpnn_dist.model.pruned_prior import relation_profile
+from cmpnn_dist.model.relation_prior import relation_profile
 
 SMALL = dict(max_nodes=1, max_edges=1, unvisited="relations")
 
@@ -187,12 +187,12 @@ def test_evaluation_caches_the_embedding_until_a_parameter_moves():
     prior = model.pruned.unvisited
     with torch.no_grad():
         first = model(g, *QUERIES)
-        cached = g._cache["pruned_prior_embed"][1]
+        cached = g._cache["relation_prior_embed"][1]
         assert torch.equal(model(g, *QUERIES), first)
-        assert g._cache["pruned_prior_embed"][1] is cached
+        assert g._cache["relation_prior_embed"][1] is cached
         prior.neighbours[0].bias.add_(0.5)  # an optimizer step
         moved = model(g, *QUERIES)
-    assert g._cache["pruned_prior_embed"][1] is not cached
+    assert g._cache["relation_prior_embed"][1] is not cached
     assert torch.equal(moved, model(g, *QUERIES))  # with autograd: computed afresh, the same
     assert not torch.equal(moved, first)
     prior.profile.weight.data = prior.profile.weight.data * 2  # replaced, not updated in place
