@@ -2,9 +2,10 @@
 the model visited, those it did not visit, and answers beyond the horizon (never visited).
 
 For each pruned run folder the checkpoint is loaded (``cmpnn_dist.predict.loading``) and each
-test ranking's source is propagated once more with the unvisited-candidate prior switched off
-(``model.pruned.unvisited = None``: visited scores are unchanged, every unvisited candidate then
-scores ``decoder(0, z_q)`` exactly), so the answer was visited iff its score differs from that
+test ranking's source is propagated once more with the priors switched off
+(``model.pruned.unvisited = None``, ``model.prior = None``: the priors do not choose the
+subgraph, so the same nodes are visited; every unvisited candidate then scores
+``decoder(0, z_q)`` exactly), so the answer was visited iff its score differs from that
 constant.  Per group: rankings, Hits@10_50 of the run's own ranks (``ranks_test_all.parquet``,
 the evaluation's rule, :func:`pruned_gap.test_rankings`) and the group's share of the
 total (shares add up to it).  Dense runs count every answer as visited.
@@ -36,7 +37,9 @@ def answer_visited(
     pruned = model.pruned
     if pruned is None:
         return np.ones(len(sources), dtype=bool)
+    # both priors off (pruned.unvisited: the unvisited candidates'; model.prior: every one's)
     prior, pruned.unvisited = pruned.unvisited, None
+    every, model.prior = model.prior, None
     out = []
     try:
         with torch.no_grad():
@@ -50,6 +53,7 @@ def answer_visited(
                 out.append(seen[torch.arange(len(s)), a])
     finally:
         pruned.unvisited = prior
+        model.prior = every
     return torch.cat(out).numpy()
 
 

@@ -9,9 +9,10 @@ import math
 
 import pytest
 import torch
-from test_pruned import QUERIES, cfg_of, design_space, graph, pair, slow_pruned
+from test_pruned import NUM_REL, QUERIES, cfg_of, design_space, graph, pair, slow_pruned
 
-from cmpnn_dist.config import PruneConfig
+from cmpnn_dist.config import OpsConfig, PruneConfig
+from cmpnn_dist.model import CMPNN
 from cmpnn_dist.evaluation.ranking import tied_rank
 from cmpnn_dist.model.relation_prior import relation_profile
 
@@ -239,3 +240,96 @@ def test_checkpoints_of_the_first_two_hop_prior_load():
     fresh.load_state_dict(state)
     with torch.no_grad():
         assert torch.equal(fresh(g, *QUERIES), model(g, *QUERIES))
+
+
+# model.prior=relations: the prior on every candidate, dense and pruned alike
+
+
+def _prior_model(prune: dict | None = None, propagation: str = "pruned", seed: int = 0, **kw):
+    """A model with model.prior=relations (W drawn, so the prior is not zero)."""
+    cfg = dataclasses.replace(cfg_of(prune, **kw), prior="relations", propagation=propagation)
+    torch.manual_seed(seed)
+    model = CMPNN(cfg, NUM_REL, OpsConfig(impl="reference", chunk_elements=1 << 16)).double()
+    with torch.no_grad():
+        model.prior.weight.normal_()
+    return model.eval()
+
+
+def _without_prior(model):
+    """The same parameters without model.prior."""
+    cfg = dataclasses.replace(model.cfg, prior="none")
+    twin = type(model)(cfg, model.num_relations, model.ops).double()
+    state = {k: v for k, v in model.state_dict().items() if not k.startswith("prior.")}
+    twin.load_state_dict(state)
+    return twin.eval()
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_dense_model_with_the_prior_adds_it_to_every_candidate(masked):
+    g = graph(seed=2, num_nodes=30, num_facts=50)
+    mask = None
+    if masked:
+        mask = torch.ones(g.num_edges, dtype=torch.bool)
+        mask[::3] = False
+    model = _prior_model(propagation="dense")
+    plain = _without_prior(model)
+    heads, rels = torch.tensor([0, 1, 7]), torch.tensor([0, 3, 5])
+    with torch.no_grad():
+        got = model(g, heads, rels, edge_mask=mask)
+        base = plain(g, heads, rels, edge_mask=mask)
+    embed = _hand_embed(g, model.prior, mask)
+    for b in range(3):
+        w = model.prior.weight[int(rels[b])].detach()
+        for v in range(g.num_nodes):
+            want = float(base[b, v]) + float(w @ embed[v])
+            assert math.isclose(float(got[b, v]), want, rel_tol=1e-9, abs_tol=1e-12), (b, v)
+
+
+def test_pruned_model_with_the_prior_adds_it_to_visited_and_unvisited():
+    """Visited: the slow reference's logits plus the prior; unvisited: decoder(0, z_q) plus the
+    prior; the subgraph is the one without the prior (the prior does not choose it)."""
+    g = graph(seed=2, num_nodes=30, num_facts=50)
+    model = _prior_model(dict(max_nodes=1, max_edges=1))
+    heads, rels = torch.tensor([0, 1]), torch.tensor([0, 3])
+    with torch.no_grad():
+        got = model(g, heads, rels)
+        const = model.decoder(torch.zeros(2, 1, 8, dtype=got.dtype), model.query(rels))
+    embed = _hand_embed(g, model.prior)
+    for b in range(2):
+        want, unvisited = slow_pruned(model, g, int(heads[b]), int(rels[b]))
+        assert len(unvisited) > 20
+        w = model.prior.weight[int(rels[b])].detach()
+        for v in range(g.num_nodes):
+            base = float(const[b, 0]) if v in unvisited else float(want[v].detach())
+            expect = base + float(w @ embed[v])
+            assert math.isclose(float(got[b, v]), expect, rel_tol=1e-9, abs_tol=1e-12), (b, v)
+
+
+def test_keep_everything_with_the_prior_is_the_dense_model_with_the_prior():
+    g = graph()
+    for kw in design_space()[:12]:
+        pruned = _prior_model(dict(node_ratio=1.0), seed=1, **kw)
+        dense = CMPNN(
+            dataclasses.replace(pruned.cfg, propagation="dense"), NUM_REL, pruned.ops
+        ).double()
+        dense.load_state_dict(pruned.state_dict())
+        torch.manual_seed(5)
+        got = pruned(g, *QUERIES)
+        torch.manual_seed(5)
+        want = dense.eval()(g, *QUERIES)
+        assert torch.allclose(got, want, rtol=1e-9, atol=1e-10), kw
+
+
+@pytest.mark.parametrize("propagation", ["dense", "pruned"])
+def test_every_parameter_gets_a_gradient_with_the_prior(propagation):
+    g = graph(seed=1, num_nodes=24, num_facts=30)
+    model = _prior_model(dict(node_ratio=0.2), propagation=propagation).train()
+    model(g, torch.tensor([0, 5]), torch.tensor([1, 2])).sum().backward()
+    assert not [n for n, p in model.named_parameters() if p.grad is None]
+    assert model.prior.weight.grad.abs().sum() > 0
+
+
+def test_two_priors_on_the_unvisited_candidates_are_refused():
+    cfg = dataclasses.replace(cfg_of(dict(unvisited="relations")), prior="relations")
+    with pytest.raises(ValueError, match=r"model\.prior=relations .*model\.prune\.unvisited"):
+        CMPNN(cfg, NUM_REL)
