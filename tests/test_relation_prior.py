@@ -12,8 +12,8 @@ import torch
 from test_pruned import NUM_REL, QUERIES, cfg_of, design_space, graph, pair, slow_pruned
 
 from cmpnn_dist.config import OpsConfig, PruneConfig
-from cmpnn_dist.model import CMPNN
 from cmpnn_dist.evaluation.ranking import tied_rank
+from cmpnn_dist.model import CMPNN
 from cmpnn_dist.model.relation_prior import relation_profile
 
 SMALL = dict(max_nodes=1, max_edges=1, unvisited="relations")
