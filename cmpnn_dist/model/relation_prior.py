@@ -1,4 +1,6 @@
-"""Scores of the candidates a pruned model never visits (``model.prune.unvisited``).
+"""A learned prior on the relations around each candidate: added to every candidate's logit
+(``model.prior=relations``, dense and pruned alike: :class:`~cmpnn_dist.model.cmpnn.CMPNN`) or
+only to the candidates a pruned model never visits (``model.prune.unvisited=relations``).
 
 Pruned propagation (:mod:`cmpnn_dist.model.pruned`) leaves every node it does not visit at its
 initial state 0, so with ``unvisited=constant`` (A*Net) all of them score
@@ -28,6 +30,14 @@ as much as the rest of a pruned step at node_ratio 0.005: README); without autog
 without a mask, e^(K) is computed once per graph and parameter version.  Visited candidates keep
 ``decoder(h^(T), z_q)``, so the dense limit (every node visited) is unchanged; candidates with
 the same e^(K) still tie, under the evaluation's rule.
+
+``model.prior=relations`` (K = ``model.prior_hops``) adds the same term to every candidate,
+
+    logit(v | u, q) = decoder(h^(T)_{v|u,q}, z_q) + W[q] . e^(K)_v              [B, N]
+
+in the dense model as in the pruned one, so the dense model stays the pruned one's limit.  The
+prior then learns from every candidate's loss (on fb237_ind_v1 it closed the pruned model's gap
+to dense: README "Every candidate").
 """
 
 from __future__ import annotations
