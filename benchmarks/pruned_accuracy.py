@@ -27,6 +27,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -121,31 +122,35 @@ def key_of(entry: dict) -> tuple:
     )
 
 
-def run_one(
-    preset: str,
-    ratio: str,
-    seed: int,
-    epochs: int,
-    storage: str,
-    unvisited: str = "constant",
-    prior: str = "none",
-) -> dict:
-    cmd = command(preset, ratio, seed, epochs, storage, unvisited, prior)
+class Cell(NamedTuple):
+    """One training run: :func:`command`'s arguments."""
+
+    preset: str
+    ratio: str
+    seed: int
+    epochs: int
+    storage: str
+    unvisited: str = "constant"
+    prior: str = "none"
+
+
+def run_one(cell: Cell) -> dict:
+    cmd = command(*cell)
     t0 = time.perf_counter()
     last, cpu = last_json(cmd)
     return {
-        "preset": preset,
-        "ratio": ratio,
-        "seed": seed,
-        "epochs": epochs,
+        "preset": cell.preset,
+        "ratio": cell.ratio,
+        "seed": cell.seed,
+        "epochs": cell.epochs,
         "test": last["test"],
         "valid": last["valid"],
         "wall_s": round(time.perf_counter() - t0, 1),
         "cpu_s": round(cpu, 1),
         "loadavg": [round(x, 2) for x in os.getloadavg()],
         "commit": git_commit("--short=12", mark_dirty=True),
-        "variant": None if ratio == "dense" else prune_variant(unvisited),
-        "prior": prior,
+        "variant": None if cell.ratio == "dense" else prune_variant(cell.unvisited),
+        "prior": cell.prior,
         "command": " ".join(cmd[1:]),
         "when_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
     }
@@ -262,20 +267,13 @@ def main(argv: list[str] | None = None) -> int:
     entries = json.loads(path.read_text()) if path.is_file() else []
     if not args.collect:
         cells = [
-            (preset, ratio, seed)
+            Cell(preset, ratio, seed, args.epochs, args.storage, args.unvisited, args.prior)
             for preset in args.presets
             for seed in args.seeds
             for ratio in args.ratios
         ]
-
-        def one(cell: tuple[str, str, int]) -> dict:
-            preset, ratio, seed = cell
-            return run_one(
-                preset, ratio, seed, args.epochs, args.storage, args.unvisited, args.prior
-            )
-
         with ThreadPoolExecutor(args.jobs) as pool:  # results written as each run ends
-            for e in pool.map(one, cells):
+            for e in pool.map(run_one, cells):
                 entries = [x for x in entries if key_of(x) != key_of(e)]
                 entries.append(e)
                 write_atomic(path, json.dumps(entries, indent=1))
