@@ -355,6 +355,21 @@ def register_check(check: Callable[[Config], None]) -> Callable[[Config], None]:
     return check
 
 
+def prior_conflict(m: ModelConfig) -> str | None:
+    """Why ``model.prior`` cannot be used as ``m`` sets it (one line), or None."""
+    if getattr(m, "prior", "none") == "none":  # configs from before the key: none
+        return None
+    if m.family != "cmpnn":
+        return f"model.prior={m.prior} applies to model.family=cmpnn only (got {m.family})"
+    if getattr(m, "propagation", "dense") == "pruned" and m.prune.unvisited != "constant":
+        return (
+            f"model.prior={m.prior} already scores every candidate: "
+            f"model.prune.unvisited={m.prune.unvisited} would add a second prior to the "
+            "unvisited ones (use model.prune.unvisited=constant)"
+        )
+    return None
+
+
 def validate(cfg: Config) -> None:
     """All value checks of a composed config; raises :class:`ConfigError` naming the key.
 
@@ -383,6 +398,8 @@ def validate(cfg: Config) -> None:
             raise
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+    if prior_conflict(m):
+        raise ConfigError(prior_conflict(m))
     if m.propagation == "pruned" and (m.family != "cmpnn" or m.init == 0):
         raise ConfigError(
             f"model.propagation=pruned needs model.family=cmpnn with model.init 1-3 (got "

@@ -333,3 +333,21 @@ def test_two_priors_on_the_unvisited_candidates_are_refused():
     cfg = dataclasses.replace(cfg_of(dict(unvisited="relations")), prior="relations")
     with pytest.raises(ValueError, match=r"model\.prior=relations .*model\.prune\.unvisited"):
         CMPNN(cfg, NUM_REL)
+
+
+def test_a_double_prior_is_one_error_line_from_the_cli(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "cmpnn_dist.train", "model.propagation=pruned",
+         "model.prune.unvisited=relations", "model.prior=relations", f"storage_root={tmp_path}"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: model.prior=relations already scores every candidate: "
+        "model.prune.unvisited=relations would add a second prior to the unvisited ones "
+        "(use model.prune.unvisited=constant)"
+    ]
+    assert not any(tmp_path.iterdir())

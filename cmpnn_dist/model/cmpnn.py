@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
-from cmpnn_dist.config import History, ModelConfig, OpsConfig, choices
+from cmpnn_dist.config import History, ModelConfig, OpsConfig, choices, prior_conflict
 from cmpnn_dist.graph import Graph
 from cmpnn_dist.model.decoder import Decoder
 from cmpnn_dist.model.init import INIT_KINDS, initial_states
@@ -48,16 +48,11 @@ def check_model_config(cfg: ModelConfig) -> None:
             raise ValueError(f"model.{key}={value!r} must be a positive integer")
     if cfg.num_bases is not None and (not isinstance(cfg.num_bases, int) or cfg.num_bases < 1):
         raise ValueError(f"model.num_bases={cfg.num_bases!r} must be a positive integer or null")
-    prior = getattr(cfg, "prior", "none")
+    prior = getattr(cfg, "prior", "none")  # configs from before the key: none
     if prior not in ("none", "relations"):
         raise ValueError(f"model.prior={prior!r} is not one of ['none', 'relations']")
-    pruned = getattr(cfg, "propagation", "dense") == "pruned"
-    if prior != "none" and pruned and cfg.prune.unvisited != "constant":
-        raise ValueError(
-            f"model.prior={prior} already scores every candidate: "
-            f"model.prune.unvisited={cfg.prune.unvisited} would add a second prior to the "
-            "unvisited ones (use model.prune.unvisited=constant)"
-        )
+    if prior_conflict(cfg):
+        raise ValueError(prior_conflict(cfg))
 
 
 class CMPNN(nn.Module):
