@@ -270,21 +270,27 @@ def test_explanations_use_the_pruned_subgraph():
     assert bool((grads[0][g.src != 3] == 0).all())  # layer 0 sends from the head only
 
 
-def test_init_0_is_one_error_line_from_the_cli(tmp_path):
+def cli_error_lines(tmp_path, *overrides: str) -> list[str]:
+    """stderr lines of ``python -m cmpnn_dist.train <overrides>``, which must exit 2 (a config
+    error) and write nothing under ``tmp_path`` (its storage root)."""
     import subprocess
     import sys
 
     proc = subprocess.run(
-        [sys.executable, "-m", "cmpnn_dist.train", "model.propagation=pruned", "model.init=0",
-         f"storage_root={tmp_path}"],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [
+        [sys.executable, "-m", "cmpnn_dist.train", *overrides, f"storage_root={tmp_path}"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert not any(tmp_path.iterdir())
+    return proc.stderr.strip().splitlines()
+
+
+def test_init_0_is_one_error_line_from_the_cli(tmp_path):
+    assert cli_error_lines(tmp_path, "model.propagation=pruned", "model.init=0") == [
         "error: model.propagation=pruned needs model.family=cmpnn with model.init 1-3 (got "
         "family=cmpnn, init=0): INIT 0 has no head indicator to start from"
     ]
-    assert not any(tmp_path.iterdir())
 
 
 def test_bf16_autocast_runs_and_stays_close_to_fp32():

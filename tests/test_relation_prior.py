@@ -9,7 +9,16 @@ import math
 
 import pytest
 import torch
-from test_pruned import NUM_REL, QUERIES, cfg_of, design_space, graph, pair, slow_pruned
+from test_pruned import (
+    NUM_REL,
+    QUERIES,
+    cfg_of,
+    cli_error_lines,
+    design_space,
+    graph,
+    pair,
+    slow_pruned,
+)
 
 from cmpnn_dist.config import OpsConfig, PruneConfig
 from cmpnn_dist.evaluation.ranking import tied_rank
@@ -336,18 +345,9 @@ def test_two_priors_on_the_unvisited_candidates_are_refused():
 
 
 def test_a_double_prior_is_one_error_line_from_the_cli(tmp_path):
-    import subprocess
-    import sys
-
-    proc = subprocess.run(
-        [sys.executable, "-m", "cmpnn_dist.train", "model.propagation=pruned",
-         "model.prune.unvisited=relations", "model.prior=relations", f"storage_root={tmp_path}"],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [
+    overrides = ("model.propagation=pruned", "model.prune.unvisited=relations")
+    assert cli_error_lines(tmp_path, *overrides, "model.prior=relations") == [
         "error: model.prior=relations already scores every candidate: "
         "model.prune.unvisited=relations would add a second prior to the unvisited ones "
         "(use model.prune.unvisited=constant)"
     ]
-    assert not any(tmp_path.iterdir())
