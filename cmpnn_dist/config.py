@@ -398,8 +398,8 @@ def validate(cfg: Config) -> None:
             raise
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-    if prior_conflict(m):
-        raise ConfigError(prior_conflict(m))
+    if (why := prior_conflict(m)) is not None:
+        raise ConfigError(why)
     if m.propagation == "pruned" and (m.family != "cmpnn" or m.init == 0):
         raise ConfigError(
             f"model.propagation=pruned needs model.family=cmpnn with model.init 1-3 (got "

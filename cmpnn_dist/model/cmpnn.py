@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
-from cmpnn_dist.config import History, ModelConfig, OpsConfig, choices, prior_conflict
+from cmpnn_dist.config import History, ModelConfig, ModelPrior, OpsConfig, choices, prior_conflict
 from cmpnn_dist.graph import Graph
 from cmpnn_dist.model.decoder import Decoder
 from cmpnn_dist.model.init import INIT_KINDS, initial_states
@@ -27,6 +27,7 @@ from cmpnn_dist.model.layer import CMPNNLayer
 from cmpnn_dist.model.readout import READOUT_KINDS, relation_node_sets
 
 HISTORY_KINDS = choices(History)  # the one list: cmpnn_dist.config
+PRIOR_KINDS = choices(ModelPrior)
 
 
 def check_model_config(cfg: ModelConfig) -> None:
@@ -38,6 +39,7 @@ def check_model_config(cfg: ModelConfig) -> None:
         ("init", cfg.init, INIT_KINDS),
         ("history", str(cfg.history), HISTORY_KINDS),
         ("readout", cfg.readout, READOUT_KINDS),
+        ("prior", getattr(cfg, "prior", "none"), PRIOR_KINDS),  # configs from before it: none
     ]
     for key, value, allowed in checks:
         if value not in allowed:
@@ -48,11 +50,8 @@ def check_model_config(cfg: ModelConfig) -> None:
             raise ValueError(f"model.{key}={value!r} must be a positive integer")
     if cfg.num_bases is not None and (not isinstance(cfg.num_bases, int) or cfg.num_bases < 1):
         raise ValueError(f"model.num_bases={cfg.num_bases!r} must be a positive integer or null")
-    prior = getattr(cfg, "prior", "none")  # configs from before the key: none
-    if prior not in ("none", "relations"):
-        raise ValueError(f"model.prior={prior!r} is not one of ['none', 'relations']")
-    if prior_conflict(cfg):
-        raise ValueError(prior_conflict(cfg))
+    if (why := prior_conflict(cfg)) is not None:
+        raise ValueError(why)
 
 
 class CMPNN(nn.Module):
