@@ -420,38 +420,39 @@ def test_compiled_senders_match_segment_topk():
 
 @pytest.mark.parametrize("edge_budget", [1, 3, 1000])
 @pytest.mark.parametrize("masked", [False, True])
-def test_compiled_selection_equals_the_torch_path(edge_budget, masked):
-    """The compiled selection returns the torch path's senders and edges, in its order, for
-    every layer of real forwards (visited rows, unvisited receivers at the constant score,
-    ties); the logits are then bit-identical."""
+@pytest.mark.parametrize("weighted", [False, True])
+def test_compiled_selection_equals_the_torch_path(edge_budget, masked, weighted):
+    """The compiled selection and packing return the torch path's senders and packed graph
+    (rows, edges in its order, edge ids when weighted), for every layer of real forwards
+    (visited rows, unvisited receivers at the constant score, ties); the logits are then
+    bit-identical."""
     _compiled_or_skip()
     g = graph(seed=2, num_nodes=30, num_facts=120)
     prune = dict(max_nodes=3, max_edges=edge_budget)
     model = pair(cfg_of(prune, num_layers=4, aggregate="pna"), seed=4)[0].eval()
     heads, rels = torch.tensor([0, 4, 9, 4, 17]), torch.tensor([1, 2, 5, 0, 3])
-    mask = (
-        (torch.rand(g.num_edges, generator=torch.Generator().manual_seed(0)) < 0.8)
-        if masked
-        else None
-    )
+    gen = torch.Generator().manual_seed(0)
+    mask = (torch.rand(g.num_edges, generator=gen) < 0.8) if masked else None
+    weight = torch.rand(g.num_edges, generator=gen) if weighted else None
     seen = {}
 
     def record(flag):
         calls = []
-        original = type(model.pruned)._select
+        original = type(model.pruned)._subgraph
 
         def spy(self, ctx, keys, prio):
             out = original(self, ctx, keys, prio)
-            calls.append(out)
+            s_keys, node_keys, s_rows, packed, edge = out
+            calls.append((s_keys, node_keys, s_rows, packed.indptr, packed.src, packed.rel, edge))
             return out
 
         model.pruned.compiled_select = flag
-        type(model.pruned)._select = spy
+        type(model.pruned)._subgraph = spy
         try:
             with torch.no_grad():
-                logits = model(g, heads, rels, mask)
+                logits = model(g, heads, rels, mask, edge_weight=weight)
         finally:
-            type(model.pruned)._select = original
+            type(model.pruned)._subgraph = original
         return logits, calls
 
     for flag in (False, True):
@@ -460,6 +461,31 @@ def test_compiled_selection_equals_the_torch_path(edge_budget, masked):
     assert len(got) == len(want) == 4
     for layer_want, layer_got in zip(want, got, strict=True):
         for a, b in zip(layer_want, layer_got, strict=True):
-            assert torch.equal(a, b)
+            assert (a is None and b is None) or torch.equal(a, b)
     assert torch.equal(want_logits, got_logits)
-    assert any(len(w[2]) < 120 for w in want), "the budget must drop some edge"
+    assert any(len(w[4]) < 120 for w in want), "the budget must drop some edge"
+
+
+def test_compiled_subgraph_carries_the_transposed_view():
+    """The packed graph from the compiled selection caches the CPU kernel's source-sorted view
+    built in the same pass; it equals the one ``ops.cpu.transposed`` builds by a sort."""
+    kernel = _compiled_or_skip()
+    g = graph(seed=3, num_nodes=40, num_facts=200)
+    from cmpnn_dist.model.pruned_select import out_index
+
+    gen = torch.Generator().manual_seed(5)
+    n, batch = g.num_nodes, 3
+    for e in (2, 7, 1000):
+        s_keys = torch.sort(torch.randperm(batch * n, generator=gen)[:9]).values
+        keys = torch.cat([s_keys, torch.randperm(batch * n, generator=gen)[:20]]).unique()
+        slot = torch.full((batch * n,), -1, dtype=torch.int32)
+        slot[keys] = torch.arange(keys.numel(), dtype=torch.int32)
+        score = torch.randn(keys.numel(), generator=gen)
+        const = torch.randn(batch, generator=gen)
+        _, _, packed, _ = kernel.select_subgraph(
+            s_keys, n, batch, out_index(g), None, slot, score, const, e, g.num_relations
+        )
+        view = packed._cache.pop("cpu_transposed")
+        assert packed.num_edges > 0
+        for got, want in zip(view, kernel.transposed(packed), strict=True):
+            assert got.dtype == want.dtype and torch.equal(got, want)

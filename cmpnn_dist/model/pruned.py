@@ -71,9 +71,10 @@ class PrunedPropagation(nn.Module):
     """The priority and the pruned forward of a :class:`~cmpnn_dist.model.CMPNN`.
 
     ``last_stats``: per layer of the last forward, ``(senders, edges, packed nodes)`` summed
-    over the batch (ints).  ``compiled_select``: choose senders and edges with the compiled CPU
-    op (``ops/cpu_select.cpp``: one nth_element per query instead of sorting every candidate)
-    when it is loaded and the graph is on the CPU; the same items as the torch path.
+    over the batch (ints).  ``compiled_select``: choose senders and edges and pack them with the
+    compiled CPU ops (``ops/cpu_select.cpp``: a histogram cut and a counting sort per query
+    instead of sorting every candidate and the packed edges) when they are loaded and the
+    graph is on the CPU; the same packed graph as the torch path.
     ``decoder``: the model's decoder (priority=decoder), kept as a plain attribute (not a
     submodule: its parameters are the model's)."""
 
@@ -177,7 +178,7 @@ class PrunedPropagation(nn.Module):
             "node_sets": None,
             "delta": None,
             "slot": slot,  # row of each visited (query, node) key in h / prio, else -1
-            "pmap": torch.empty_like(slot),  # row of each packed key in this layer's graph
+            "pmap": torch.empty_like(slot),  # torch path: row of each packed key
         }
         if model.cfg.readout == "relation":
             ctx["node_sets"] = relation_node_sets(graph, rels, edge_mask)
@@ -202,21 +203,25 @@ class PrunedPropagation(nn.Module):
             flat = (const.to(prior.dtype) + prior).reshape(-1).to(visited.dtype)
         return flat.index_put((keys,), visited).view(batch, n)
 
-    def _select(self, ctx: dict, keys: Tensor, prio: Tensor) -> tuple[Tensor, ...]:
-        """Senders and kept edges of one layer: ``(s_keys [S], owner [C], edge [C],
-        e_b [C], r_keys [C], rel [C])`` (edge c leaves sender ``s_keys[owner[c]]`` of query
-        ``e_b[c]``, enters key ``r_keys[c]``, packed relation ``rel[c]``)."""
+    def _subgraph(
+        self, ctx: dict, keys: Tensor, prio: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor, Graph, Tensor | None]:
+        """The packed subgraph of one layer: ``(s_keys [S], node_keys [P], s_rows [S], packed,
+        edge [C] or None)``: the senders' (query, node) keys; the sorted keys of the senders and
+        receivers (the packed rows); each sender's row; the receiver-sorted packed graph
+        (relation ``b * R2 + r``; within a row, edges by sender key, then edge id); the graph's
+        id of each packed edge (only when ``ctx["edge_weight"]`` is set)."""
         graph, n, batch = ctx["graph"], ctx["n"], ctx["batch"]
+        r2, with_edges = graph.num_relations, ctx["edge_weight"] is not None
         kernel = compiled_cpu() if self.compiled_select and keys.device.type == "cpu" else None
-        if kernel is not None:
+        if kernel is not None:  # selection and packing in one pass per query, no sort
             s_keys = kernel.select_senders(keys, prio, n, batch, ctx["k"])
             if ctx["edge_mask"] is not None and "out_mask" not in ctx:  # read in out order
                 ctx["out_mask"] = ctx["edge_mask"].index_select(0, out_index(graph)[1])
-            owner, edge, e_b, r_keys, rel = kernel.select_out_edges(
+            return s_keys, *kernel.select_subgraph(
                 s_keys, n, batch, out_index(graph), ctx.get("out_mask"), ctx["slot"], prio,
-                ctx["const"], ctx["e"], graph.num_relations,
+                ctx["const"], ctx["e"], r2, with_edges,
             )  # fmt: skip
-            return s_keys, owner, edge, e_b, r_keys, rel
         b_of = keys // n
         send = segment_topk(prio, b_of, ctx["k"], batch).nonzero().squeeze(1)
         s_keys = torch.sort(keys[send]).values  # by key: edge ties go to the smaller node id
@@ -239,31 +244,32 @@ class PrunedPropagation(nn.Module):
             r_prio = torch.where(rows >= 0, known, ctx["const"].detach().index_select(0, e_b))
             keep = segment_topk(r_prio, e_b, ctx["e"], batch).nonzero().squeeze(1)
             owner, pos, edge, e_b, r_keys = take(keep, owner, pos, edge, e_b, r_keys)
-        rel = e_b * graph.num_relations + out_rel.index_select(0, pos)
-        return s_keys, owner, edge, e_b, r_keys, rel
+        rel = e_b * r2 + out_rel.index_select(0, pos)
+        mark = torch.zeros(batch * n, dtype=torch.bool, device=keys.device)
+        mark[s_keys] = True
+        mark[r_keys] = True
+        node_keys = mark.nonzero().squeeze(1)  # sorted (query, node) keys of the subgraph
+        pmap = ctx["pmap"]
+        pmap[node_keys] = torch.arange(node_keys.numel(), device=keys.device, dtype=pmap.dtype)
+        s_rows = pmap[s_keys].long()
+        packed, order = pack_graph(
+            node_keys.numel(),
+            s_rows.index_select(0, owner),
+            pmap.index_select(0, r_keys).long(),
+            rel,
+            batch * r2,
+        )
+        return s_keys, node_keys, s_rows, packed, edge[order] if with_edges else None
 
     def _layer(
         self, layer: nn.Module, ctx: dict, keys: Tensor, h: Tensor, prio: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
         """One pruned layer: ``(keys [M], h [M, d], prio [M])`` -> the same after it (rows in
         order of first visit; ``ctx["slot"]`` maps keys to rows)."""
-        graph, n, batch, z_q = ctx["graph"], ctx["n"], ctx["batch"], ctx["z_q"]
-        slot, pmap, r2 = ctx["slot"], ctx["pmap"], graph.num_relations
-        s_keys, owner, edge, e_b, r_keys, rel = self._select(ctx, keys, prio)
-        mark = torch.zeros(slot.numel(), dtype=torch.bool, device=slot.device)
-        mark[s_keys] = True
-        mark[r_keys] = True
-        node_keys = mark.nonzero().squeeze(1)  # sorted (query, node) keys of the subgraph
+        n, batch, z_q = ctx["n"], ctx["batch"], ctx["z_q"]
+        slot, r2 = ctx["slot"], ctx["graph"].num_relations
+        s_keys, node_keys, s_rows, packed, edge = self._subgraph(ctx, keys, prio)
         num = node_keys.numel()
-        pmap[node_keys] = torch.arange(num, device=slot.device, dtype=pmap.dtype)
-        s_rows = pmap[s_keys].long()
-        packed, order = pack_graph(
-            num,
-            s_rows.index_select(0, owner),
-            pmap.index_select(0, r_keys).long(),
-            rel,
-            batch * r2,
-        )
         rows = slot[node_keys].long()
         found = rows >= 0
         # visited rows gathered with index_select (backward: index_add over unique rows), not
@@ -277,8 +283,8 @@ class PrunedPropagation(nn.Module):
         gate = h_p.new_ones(num).index_put((s_rows,), gate_s.to(h_p.dtype))
         message, relation = layer.message(z_q)
         weight = ctx["edge_weight"]
-        if weight is not None:
-            weight = (weight[edge] if weight.dim() == 1 else weight[e_b, edge])[order]
+        if weight is not None:  # the graph's weights of the packed edges
+            weight = weight[edge] if weight.dim() == 1 else weight[p_b[packed.dst()], edge]
         raw = propagate(
             packed,
             (h_p * gate.unsqueeze(1)).unsqueeze(1),
@@ -304,7 +310,7 @@ class PrunedPropagation(nn.Module):
         out = torch.relu(layer.norm(pre)).squeeze(1)
         if layer.shortcut:
             out = out + h_p
-        self.last_stats.append((int(s_keys.numel()), int(edge.numel()), num))
+        self.last_stats.append((int(s_keys.numel()), packed.num_edges, num))
         new_prio = self.score(out, z_q, p_b)
         # merge: updated rows in place (out of place for autograd), new rows appended
         new = ~found

@@ -172,7 +172,7 @@ def select_senders(keys: Tensor, score: Tensor, n: int, batch: int, k: int) -> T
     return torch.ops.cmpnn_cpu.select_senders(keys.contiguous(), score, n, batch, k)
 
 
-def select_out_edges(
+def select_subgraph(
     s_keys: Tensor,
     n: int,
     batch: int,
@@ -183,24 +183,34 @@ def select_out_edges(
     const_score: Tensor,
     e: int,
     num_relations: int,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """The top-``e`` out-edges per query of senders ``s_keys`` (int64 [S], sorted keys).
+    with_edges: bool = False,
+) -> tuple[Tensor, Tensor, Graph, Tensor | None]:
+    """The packed subgraph of one pruned layer: the top-``e`` out-edges per query of senders
+    ``s_keys`` (int64 [S], sorted keys) by their receiver's score, packed by receiver.
 
     Args: ``out_index`` = (out_ptr [N+1], out_edge, out_dst, out_rel [E]) by source;
     ``edge_mask`` bool [E] in ``out_index`` order (``mask[out_edge]``, so that it is read
     sequentially) or None; ``slot`` int32 / int64 [B n]: the row of a visited key in
-    ``score`` (float [M]), else -1 (then ``const_score[b]``, float [B]).  Returns ``(owner,
-    edge, query, r_key, rel)`` int64 [C] (rel = ``b * num_relations + r``), grouped by sender,
-    then in ``out_index`` order: the edges the torch path of
-    :meth:`cmpnn_dist.model.pruned.PrunedPropagation._select` keeps, in its order."""
-    return torch.ops.cmpnn_cpu.select_out_edges(
+    ``score`` (float [M]), else -1 (then ``const_score[b]``, float [B]).
+
+    Returns ``(node_keys int64 [P], s_rows int64 [S], packed, edge int64 [C] or None)``: the
+    sorted keys of the senders and receivers (the packed rows), each sender's row, the
+    receiver-sorted packed :class:`Graph` (src: sender rows; rel ``b * num_relations + r``;
+    its :func:`transposed` view already cached, built in the same pass instead of by a sort)
+    and the graph's id of each packed edge (``with_edges``).  The same graph as
+    :meth:`cmpnn_dist.model.pruned.PrunedPropagation._subgraph`'s torch path, edges in its
+    order."""
+    node_keys, s_rows, indptr, src, rel, edge, *view = torch.ops.cmpnn_cpu.select_subgraph(
         s_keys.contiguous(), n, batch, *out_index, edge_mask, slot.contiguous(),
         score.detach().float().contiguous(), const_score.detach().float().contiguous(),
-        e, num_relations,
+        e, num_relations, with_edges,
     )  # fmt: skip
+    packed = Graph(node_keys.numel(), batch * num_relations, indptr, src, rel)
+    packed._cache["cpu_transposed"] = tuple(view)
+    return node_keys, s_rows, packed, edge if with_edges else None
 
 
-__all__ = ["propagate", "select_out_edges", "select_senders", "self_check", "transposed"]
+__all__ = ["propagate", "select_senders", "select_subgraph", "self_check", "transposed"]
 
 # Build or load the library now (after self_check is defined: the load runs it).  Raises
 # KernelUnavailable, so that the dispatcher treats impl=cpu as absent here.

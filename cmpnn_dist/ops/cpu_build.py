@@ -5,7 +5,7 @@ The kernel is compiled against the torch that is *installed* (never in pip's iso
 environment, the torch-scatter trap), the first time a process asks for it: one compiler call
 (``$CXX`` or ``c++``; ~15 s), no ninja, no Python headers, no pybind.  The shared library
 registers ``torch.ops.cmpnn_cpu.forward`` / ``backward`` / ``select_senders`` /
-``select_out_edges``.
+``select_subgraph``.
 
 Cache (``$CMPNN_DIST_CACHE`` or ``$XDG_CACHE_HOME/cmpnn_dist``, default ``~/.cache/cmpnn_dist``)::
 
