@@ -53,6 +53,7 @@ from cmpnn_dist.model.pruned_select import (
     pack_relation,
     segment_topk,
 )
+from cmpnn_dist.model.pruned_table import merge_rows, split_rows
 from cmpnn_dist.model.readout import relation_node_sets
 from cmpnn_dist.model.relation_prior import RelationPrior
 from cmpnn_dist.ops import compiled_cpu, propagate
@@ -272,11 +273,20 @@ class PrunedPropagation(nn.Module):
         num = node_keys.numel()
         rows = slot[node_keys].long()
         found = rows >= 0
+        m, new = keys.numel(), ~found
+        new_keys = node_keys[new]
+        size = m + new_keys.numel()
         # visited rows gathered with index_select (backward: index_add over unique rows), not
         # h[rows.clamp(min=0)] (backward: an accumulating index_put whose clamped rows all hit
-        # row 0: on CUDA 80 % of a training step in its duplicate-serialising kernel)
+        # row 0: on CUDA 80 % of a training step in its duplicate-serialising kernel); with
+        # autograd, together with the table they are cleared from (pruned_table)
         at = found.nonzero().squeeze(1)
-        h_p = h.new_zeros(num, h.shape[1]).index_copy(0, at, h.index_select(0, rows[at]))
+        table = None
+        if torch.is_grad_enabled():
+            taken, table = split_rows(h, rows.index_select(0, at), size)
+        else:
+            taken = h.index_select(0, rows.index_select(0, at))
+        h_p = h.new_zeros(num, h.shape[1]).index_copy(0, at, taken)
         p_b = node_keys // n
         sig = torch.sigmoid(prio.index_select(0, slot.index_select(0, s_keys).long()))
         gate_s = sig if ctx["gated"] else 1 + (sig - sig.detach())
@@ -312,39 +322,15 @@ class PrunedPropagation(nn.Module):
             out = out + h_p
         self.last_stats.append((int(s_keys.numel()), packed.num_edges, num))
         new_prio = self.score(out, z_q, p_b)
-        # merge: updated rows in place (out of place for autograd), new rows appended
-        new = ~found
-        m = keys.numel()
+        # merge: updated rows written, new rows appended (in place without autograd)
         rows = torch.where(found, rows, m + torch.cumsum(new, 0) - 1)
-        new_keys = node_keys[new]
-        slot[new_keys] = torch.arange(m, m + new_keys.numel(), device=slot.device).to(slot.dtype)
-        size = m + new_keys.numel()
-        h = _merge(ctx, "h", h, rows, out, size)
-        prio = _merge(ctx, "prio", prio, rows, new_prio, size)
+        slot[new_keys] = torch.arange(m, size, device=slot.device).to(slot.dtype)
+        if table is None:
+            h = merge_rows(ctx, "h", h, rows, out, size)
+        else:  # the read rows are 0 in table: adding writes them exactly
+            h = table.to(out.dtype).index_add_(0, rows, out)
+        prio = merge_rows(ctx, "prio", prio, rows, new_prio, size)
         return torch.cat([keys, new_keys]), h, prio
-
-
-def _merge(ctx: dict, name: str, old: Tensor, rows: Tensor, new: Tensor, size: int) -> Tensor:
-    """``old`` [m, ...] grown to ``size`` rows with ``new`` written at ``rows`` (every row in
-    [m, size) is among them).  With autograd: out of place.  Without (evaluation): in place in
-    a buffer kept in ``ctx`` whose capacity doubles, so a layer writes its P rows instead of
-    copying all M visited ones."""
-    if torch.is_grad_enabled():
-        pad = old.new_zeros((size - old.shape[0], *old.shape[1:]), dtype=new.dtype)
-        # in place on cat's fresh output (cat's backward needs no saved output): one copy
-        return torch.cat([old.to(new.dtype), pad]).index_put_((rows,), new)
-    buf = ctx.get(name)
-    if (
-        buf is None
-        or buf.dtype != new.dtype
-        or buf.shape[0] < size
-        or old.data_ptr() != buf.data_ptr()
-    ):
-        grown = new.new_empty((max(size, 2 * old.shape[0]), *new.shape[1:]))
-        grown[: old.shape[0]] = old
-        buf = ctx[name] = grown
-    buf.index_copy_(0, rows, new)
-    return buf[:size]
 
 
 def _in_degrees(graph: Graph, edge_mask: Tensor | None) -> Tensor:

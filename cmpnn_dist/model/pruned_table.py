@@ -1,0 +1,85 @@
+"""The table of visited states of pruned propagation (:mod:`cmpnn_dist.model.pruned`) and its
+update after each layer, at one copy of the table per layer in training and none in evaluation.
+
+A layer reads the states of its P visited packed rows from the table h [M, d] and, after the
+update, writes P states back, appending the keys it visited first:
+
+    h_p   = h[rows]                                    (the rows the layer reads and updates)
+    h'    = pad(h with h[rows] := 0, size) + scatter(rows', out)      [size, d], size >= M
+
+With autograd this is :func:`split_rows` (one custom function: the read rows and the padded
+table with those rows cleared) followed by an in-place ``index_add_`` of the layer's output
+(adding to zeros is exact).  The backward then costs one copy of the table's gradient per
+layer (the padded table's gradient with the read rows' gradients written into it), where the
+composition of ``index_select`` (read) and ``cat`` + ``index_put_`` (write) costs four: a
+clone, a zeroed buffer, an index_add into it and their sum.  Without autograd the table
+lives in a buffer whose capacity doubles and the P rows are written in place
+(:func:`merge_rows`).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.autograd.function import FunctionCtx, once_differentiable
+
+
+class _SplitRows(torch.autograd.Function):
+    """(h [m, ...], rows int64 [A] distinct, size >= m) -> (h[rows] [A, ...], table [size, ...]:
+    h padded with zero rows, its ``rows`` set to 0)."""
+
+    @staticmethod
+    def forward(ctx: FunctionCtx, h: Tensor, rows: Tensor, size: int) -> tuple[Tensor, Tensor]:
+        table = h.new_zeros((size, *h.shape[1:]))
+        table[: h.shape[0]] = h
+        table.index_fill_(0, rows, 0)
+        ctx.save_for_backward(rows)
+        ctx.shape = h.shape
+        ctx.set_materialize_grads(False)
+        return h.index_select(0, rows), table
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: FunctionCtx, g_taken: Tensor | None, g_table: Tensor | None):
+        (rows,) = ctx.saved_tensors
+        if g_table is None and g_taken is None:
+            return None, None, None
+        if g_table is None:
+            grad = g_taken.new_zeros(ctx.shape)
+        else:
+            grad = g_table[: ctx.shape[0]].clone()
+        if g_taken is None:
+            return grad.index_fill_(0, rows, 0), None, None
+        return grad.index_copy_(0, rows, g_taken.to(grad.dtype)), None, None
+
+
+def split_rows(h: Tensor, rows: Tensor, size: int) -> tuple[Tensor, Tensor]:
+    """``(h[rows], table)``: the rows ``rows`` (int64 [A], distinct) of h [m, d], and h padded
+    with zero rows to ``size`` rows with those rows set to 0, to be completed in place with
+    ``table.index_add_(0, rows', out)``.  Differentiable in h (one copy forward and backward)."""
+    return _SplitRows.apply(h, rows, size)
+
+
+def merge_rows(
+    buffers: dict, name: str, old: Tensor, rows: Tensor, new: Tensor, size: int
+) -> Tensor:
+    """``old`` [m, ...] grown to ``size`` rows with ``new`` written at ``rows`` (every row in
+    [m, size) is among them).  With autograd: out of place.  Without (evaluation): in place in
+    a buffer kept in ``buffers[name]`` whose capacity doubles, so a layer writes its P rows
+    instead of copying all M visited ones."""
+    if torch.is_grad_enabled():
+        pad = old.new_zeros((size - old.shape[0], *old.shape[1:]), dtype=new.dtype)
+        # in place on cat's fresh output (cat's backward needs no saved output): one copy
+        return torch.cat([old.to(new.dtype), pad]).index_put_((rows,), new)
+    buf = buffers.get(name)
+    if (
+        buf is None
+        or buf.dtype != new.dtype
+        or buf.shape[0] < size
+        or old.data_ptr() != buf.data_ptr()
+    ):
+        grown = new.new_empty((max(size, 2 * old.shape[0]), *new.shape[1:]))
+        grown[: old.shape[0]] = old
+        buf = buffers[name] = grown
+    buf.index_copy_(0, rows, new)
+    return buf[:size]

@@ -1,0 +1,75 @@
+"""The visited-state table's update (cmpnn_dist.model.pruned_table) against plain autograd."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cmpnn_dist.model.pruned_table import merge_rows, split_rows
+
+
+def reference(h, rows, size, new_rows, out):
+    """The composition it replaces: read with index_select, write with cat + index_put."""
+    taken = h.index_select(0, rows)
+    pad = h.new_zeros(size - h.shape[0], h.shape[1])
+    return taken, torch.cat([h, pad]).index_put((new_rows,), out)
+
+
+@pytest.mark.parametrize("use", ["both", "taken", "table"])
+def test_split_rows_gradcheck(use):
+    """Values and gradients of split_rows followed by index_add_ of the layer's output equal
+    the index_select + cat + index_put composition, whichever outputs are used; gradcheck."""
+    gen = torch.Generator().manual_seed(0)
+    m, size, d = 7, 10, 3
+    rows = torch.tensor([5, 0, 3])  # read and updated; rows 7-9 are appended
+    new_rows = torch.tensor([5, 0, 3, 7, 8, 9])
+    h = torch.randn(m, d, generator=gen, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(d, d, generator=gen, dtype=torch.float64, requires_grad=True)
+    extra = torch.randn(3, d, generator=gen, dtype=torch.float64)
+
+    def layer(taken):  # an update that depends on the rows read
+        return torch.cat([torch.tanh(taken @ w), extra])
+
+    def update(taken):  # the layer's output for the 6 rows it writes
+        if use == "table":  # one that ignores the rows read
+            return torch.cat([torch.zeros(3, d, dtype=h.dtype), extra]) @ w
+        return layer(taken)
+
+    def ours(h, w):
+        taken, table = split_rows(h, rows, size)
+        if use == "taken":  # only the rows read are used
+            return torch.tanh(taken @ w)
+        return table.index_add_(0, new_rows, update(taken))
+
+    def theirs(h, w):
+        taken = h.index_select(0, rows)
+        if use == "taken":
+            return torch.tanh(taken @ w)
+        return reference(h, rows, size, new_rows, update(taken))[1]
+
+    assert torch.allclose(ours(h, w), theirs(h, w))
+    weights = torch.randn_like(ours(h, w))
+    g_ours = torch.autograd.grad((ours(h, w) * weights).sum(), (h, w), allow_unused=True)
+    g_theirs = torch.autograd.grad((theirs(h, w) * weights).sum(), (h, w), allow_unused=True)
+    for a, b in zip(g_ours, g_theirs, strict=True):
+        assert (a is None and b is None) or torch.allclose(a, b)
+    assert torch.autograd.gradcheck(ours, (h, w))
+
+
+def test_merge_rows_in_place_without_autograd():
+    """Without autograd merge_rows writes into a buffer that it grows by doubling (the same
+    storage while it fits), with the same values as with autograd."""
+    buffers: dict = {}
+    old = torch.arange(6.0).reshape(3, 2)
+    with torch.no_grad():
+        a = merge_rows(buffers, "h", old, torch.tensor([1, 3]), torch.ones(2, 2), 4)
+        b = merge_rows(buffers, "h", a, torch.tensor([0, 4]), 2 * torch.ones(2, 2), 5)
+    assert a.data_ptr() == b.data_ptr() and buffers["h"].shape[0] >= 6
+    want = torch.cat([old, torch.zeros(2, 2)])
+    want[[1, 3]] = 1
+    want[[0, 4]] = 2
+    assert torch.equal(b, want)
+    step = merge_rows({}, "h", old, torch.tensor([1, 3]), torch.ones(2, 2), 4)
+    assert torch.equal(
+        merge_rows({}, "h", step, torch.tensor([0, 4]), 2 * torch.ones(2, 2), 5), want
+    )
