@@ -53,7 +53,7 @@ from cmpnn_dist.model.pruned_select import (
     pack_relation,
     segment_topk,
 )
-from cmpnn_dist.model.pruned_table import merge_rows, split_rows
+from cmpnn_dist.model.pruned_table import merge_rows, read_rows, split_rows
 from cmpnn_dist.model.readout import relation_node_sets
 from cmpnn_dist.model.relation_prior import RelationPrior
 from cmpnn_dist.ops import compiled_cpu, propagate
@@ -276,17 +276,15 @@ class PrunedPropagation(nn.Module):
         m, new = keys.numel(), ~found
         new_keys = node_keys[new]
         size = m + new_keys.numel()
-        # visited rows gathered with index_select (backward: index_add over unique rows), not
-        # h[rows.clamp(min=0)] (backward: an accumulating index_put whose clamped rows all hit
-        # row 0: on CUDA 80 % of a training step in its duplicate-serialising kernel); with
-        # autograd, together with the table they are cleared from (pruned_table)
-        at = found.nonzero().squeeze(1)
+        # the visited rows read (0 for the new ones); with autograd, together with the table
+        # they are cleared from (pruned_table: its backward writes each row's gradient once,
+        # not autograd's accumulating index_put of h[rows.clamp(min=0)], whose clamped rows
+        # all hit row 0: on CUDA 80 % of a training step in its duplicate-serialising kernel)
         table = None
         if torch.is_grad_enabled():
-            taken, table = split_rows(h, rows.index_select(0, at), size)
+            h_p, table = split_rows(h, rows, size)
         else:
-            taken = h.index_select(0, rows.index_select(0, at))
-        h_p = h.new_zeros(num, h.shape[1]).index_copy(0, at, taken)
+            h_p = read_rows(h, rows)
         p_b = node_keys // n
         sig = torch.sigmoid(prio.index_select(0, slot.index_select(0, s_keys).long()))
         gate_s = sig if ctx["gated"] else 1 + (sig - sig.detach())

@@ -4,7 +4,7 @@ update after each layer, at one copy of the table per layer in training and none
 A layer reads the states of its P visited packed rows from the table h [M, d] and, after the
 update, writes P states back, appending the keys it visited first:
 
-    h_p   = h[rows]                                    (the rows the layer reads and updates)
+    h_p   = h[rows]     (the P rows the layer updates; 0 for the keys it visits first)
     h'    = pad(h with h[rows] := 0, size) + scatter(rows', out)      [size, d], size >= M
 
 With autograd this is :func:`split_rows` (one custom function: the read rows and the padded
@@ -24,24 +24,33 @@ from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
 
+def read_rows(h: Tensor, rows: Tensor) -> Tensor:
+    """float [P, d]: ``h[rows]`` (h [m, d]; rows int64 [P]), 0 where a row is -1 (a key not
+    visited yet).  One gather and a fill of the new rows (no [P, d] zeros to copy into)."""
+    out = h.index_select(0, rows.clamp(min=0))
+    return out.index_fill_(0, (rows < 0).nonzero().squeeze(1), 0)
+
+
 class _SplitRows(torch.autograd.Function):
-    """(h [m, ...], rows int64 [A] distinct, size >= m) -> (h[rows] [A, ...], table [size, ...]:
-    h padded with zero rows, its ``rows`` set to 0)."""
+    """(h [m, ...], rows int64 [P] distinct or -1, size >= m) -> (read_rows(h, rows) [P, ...],
+    table [size, ...]: h padded with zero rows, the rows read set to 0)."""
 
     @staticmethod
     def forward(ctx: FunctionCtx, h: Tensor, rows: Tensor, size: int) -> tuple[Tensor, Tensor]:
+        at = (rows >= 0).nonzero().squeeze(1)
+        read = rows.index_select(0, at)
         table = h.new_zeros((size, *h.shape[1:]))
         table[: h.shape[0]] = h
-        table.index_fill_(0, rows, 0)
-        ctx.save_for_backward(rows)
+        table.index_fill_(0, read, 0)
+        ctx.save_for_backward(at, read)
         ctx.shape = h.shape
         ctx.set_materialize_grads(False)
-        return h.index_select(0, rows), table
+        return read_rows(h, rows), table
 
     @staticmethod
     @once_differentiable
     def backward(ctx: FunctionCtx, g_taken: Tensor | None, g_table: Tensor | None):
-        (rows,) = ctx.saved_tensors
+        at, read = ctx.saved_tensors
         if g_table is None and g_taken is None:
             return None, None, None
         if g_table is None:
@@ -49,14 +58,15 @@ class _SplitRows(torch.autograd.Function):
         else:
             grad = g_table[: ctx.shape[0]].clone()
         if g_taken is None:
-            return grad.index_fill_(0, rows, 0), None, None
-        return grad.index_copy_(0, rows, g_taken.to(grad.dtype)), None, None
+            return grad.index_fill_(0, read, 0), None, None
+        return grad.index_copy_(0, read, g_taken.index_select(0, at).to(grad.dtype)), None, None
 
 
 def split_rows(h: Tensor, rows: Tensor, size: int) -> tuple[Tensor, Tensor]:
-    """``(h[rows], table)``: the rows ``rows`` (int64 [A], distinct) of h [m, d], and h padded
-    with zero rows to ``size`` rows with those rows set to 0, to be completed in place with
-    ``table.index_add_(0, rows', out)``.  Differentiable in h (one copy forward and backward)."""
+    """``(read_rows(h, rows), table)``: the rows ``rows`` (int64 [P], distinct, -1 for a key
+    not visited yet) of h [m, d], and h padded with zero rows to ``size`` rows with the rows
+    read set to 0, to be completed in place with ``table.index_add_(0, rows', out)``.
+    Differentiable in h (one copy forward and backward)."""
     return _SplitRows.apply(h, rows, size)
 
 
