@@ -13,8 +13,9 @@ def plain(dec: Decoder, h, z, query):
     return dec._logits(h, dec._query_part(z).index_select(0, query))
 
 
+@pytest.mark.parametrize("grouped", [False, True])
 @pytest.mark.parametrize("dense_grad", [False, True])
-def test_rows_gradients_equal_plain_autograd(dense_grad):
+def test_rows_gradients_equal_plain_autograd(dense_grad, grouped):
     """Values and every gradient (h, z_q, both layers' weights and biases) equal plain
     autograd's, when a few rows have a gradient (the pruned case) and when all do."""
     torch.manual_seed(0)
@@ -23,6 +24,8 @@ def test_rows_gradients_equal_plain_autograd(dense_grad):
     h = torch.randn(m, 4, dtype=torch.float64, requires_grad=True)
     z = torch.randn(batch, 4, dtype=torch.float64, requires_grad=True)
     query = torch.randint(0, batch, (m,))
+    if grouped:  # a pruned layer's rows: grouped by query (one broadcast add per query)
+        query = torch.sort(query).values
     weight = torch.randn(m, dtype=torch.float64)
     if not dense_grad:
         weight[torch.randperm(m)[:25]] = 0  # 5 rows carry a gradient

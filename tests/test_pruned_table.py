@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cmpnn_dist.model.pruned_table import merge_rows, split_rows
+from cmpnn_dist.model.pruned_table import merge_rows, split_rows, write_rows
 
 
 def reference(h, size, new_rows, out):
@@ -16,7 +16,7 @@ def reference(h, size, new_rows, out):
 
 @pytest.mark.parametrize("use", ["both", "taken", "table"])
 def test_split_rows_gradcheck(use):
-    """Values and gradients of split_rows followed by index_add_ of the layer's output equal
+    """Values and gradients of split_rows followed by write_rows of the layer's output equal
     the index_select + cat + index_put composition, whichever outputs are used; gradcheck."""
     gen = torch.Generator().manual_seed(0)
     m, size, d = 7, 10, 3
@@ -38,7 +38,7 @@ def test_split_rows_gradcheck(use):
         taken, table = split_rows(h, rows, size)
         if use == "taken":  # only the rows read are used
             return torch.tanh(taken @ w)
-        return table.index_add_(0, new_rows, update(taken))
+        return write_rows(table, new_rows, update(taken))
 
     def theirs(h, w):
         taken = torch.where((rows >= 0).unsqueeze(1), h[rows.clamp(min=0)], 0)

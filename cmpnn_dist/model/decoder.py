@@ -65,7 +65,7 @@ class _SparseRowLogits(torch.autograd.Function):
         w_b: Tensor,
         c_b: Tensor,
     ) -> Tensor:
-        hidden = F.linear(h, w_h) + qp.index_select(0, query)
+        hidden = _add_query_part(F.linear(h, w_h), qp, query)
         ctx.save_for_backward(h, qp, query, w_h, w_b)
         return F.linear(F.relu(hidden), w_b, c_b).squeeze(-1)
 
@@ -94,3 +94,15 @@ class _SparseRowLogits(torch.autograd.Function):
             g_w_b if needs[4] else None,
             g_c_b if needs[5] else None,
         )
+
+
+def _add_query_part(hidden: Tensor, qp: Tensor, query: Tensor) -> Tensor:
+    """``hidden + qp[query]`` in place (hidden float [M, H], qp [B, H], query int64 [M]): one
+    broadcast add per query when the rows come grouped by query (a pruned layer's rows, sorted
+    by key), else through a gather."""
+    if query.numel() > 1 and bool((query[1:] >= query[:-1]).all()):
+        counts = torch.bincount(query, minlength=qp.shape[0]).tolist()
+        for b, part in enumerate(hidden.split(counts)):
+            part.add_(qp[b])
+        return hidden
+    return hidden.add_(qp.index_select(0, query))

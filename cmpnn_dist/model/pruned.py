@@ -53,7 +53,7 @@ from cmpnn_dist.model.pruned_select import (
     pack_relation,
     segment_topk,
 )
-from cmpnn_dist.model.pruned_table import merge_rows, read_rows, split_rows
+from cmpnn_dist.model.pruned_table import merge_rows, read_rows, split_rows, write_rows
 from cmpnn_dist.model.readout import relation_node_sets
 from cmpnn_dist.model.relation_prior import RelationPrior
 from cmpnn_dist.ops import compiled_cpu, propagate
@@ -325,8 +325,8 @@ class PrunedPropagation(nn.Module):
         slot[new_keys] = torch.arange(m, size, device=slot.device).to(slot.dtype)
         if table is None:
             h = merge_rows(ctx, "h", h, rows, out, size)
-        else:  # the read rows are 0 in table: adding writes them exactly
-            h = table.to(out.dtype).index_add_(0, rows, out)
+        else:  # the rows read and cleared by split_rows, and the appended ones
+            h = write_rows(table.to(out.dtype), rows, out)
         prio = merge_rows(ctx, "prio", prio, rows, new_prio, size)
         return torch.cat([keys, new_keys]), h, prio
 

@@ -8,8 +8,8 @@ update, writes P states back, appending the keys it visited first:
     h'    = pad(h with h[rows] := 0, size) + scatter(rows', out)      [size, d], size >= M
 
 With autograd this is :func:`split_rows` (one custom function: the read rows and the padded
-table with those rows cleared) followed by an in-place ``index_add_`` of the layer's output
-(adding to zeros is exact).  The backward then costs one copy of the table's gradient per
+table with those rows cleared) followed by :func:`write_rows` (the layer's output copied into
+those rows in place).  The backward then costs one copy of the table's gradient per
 layer (the padded table's gradient with the read rows' gradients written into it), where the
 composition of ``index_select`` (read) and ``cat`` + ``index_put_`` (write) costs four: a
 clone, a zeroed buffer, an index_add into it and their sum.  Without autograd the table
@@ -65,9 +65,36 @@ class _SplitRows(torch.autograd.Function):
 def split_rows(h: Tensor, rows: Tensor, size: int) -> tuple[Tensor, Tensor]:
     """``(read_rows(h, rows), table)``: the rows ``rows`` (int64 [P], distinct, -1 for a key
     not visited yet) of h [m, d], and h padded with zero rows to ``size`` rows with the rows
-    read set to 0, to be completed in place with ``table.index_add_(0, rows', out)``.
-    Differentiable in h (one copy forward and backward)."""
+    read set to 0, to be completed with :func:`write_rows`.  Differentiable in h (one copy
+    forward and backward)."""
     return _SplitRows.apply(h, rows, size)
+
+
+class _WriteRows(torch.autograd.Function):
+    """(table [size, ...] from split_rows, rows int64 [P] distinct, out [P, ...]) -> table with
+    ``table[rows] = out``, in place.  Backward: the table's gradient passes through unchanged
+    (not cleared at ``rows``: the rows written are the rows split_rows cleared or appended,
+    whose gradients its backward overwrites or drops), out's is its rows'."""
+
+    @staticmethod
+    def forward(ctx: FunctionCtx, table: Tensor, rows: Tensor, out: Tensor) -> Tensor:
+        ctx.mark_dirty(table)
+        ctx.save_for_backward(rows)
+        ctx.out_dtype = out.dtype
+        return table.index_copy_(0, rows, out.to(table.dtype))
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: FunctionCtx, grad: Tensor):
+        (rows,) = ctx.saved_tensors
+        return grad, None, grad.index_select(0, rows).to(ctx.out_dtype)
+
+
+def write_rows(table: Tensor, rows: Tensor, out: Tensor) -> Tensor:
+    """``table`` (a fresh table of :func:`split_rows`) with rows ``rows`` (int64 [P], the rows
+    read there, or appended) set to ``out`` [P, d], in place (an index_copy_, not the slower
+    index_add_ or an index_put_ whose backward clones the table's gradient)."""
+    return _WriteRows.apply(table, rows, out)
 
 
 def merge_rows(
