@@ -489,3 +489,18 @@ def test_compiled_subgraph_carries_the_transposed_view():
         assert packed.num_edges > 0
         for got, want in zip(view, kernel.transposed(packed), strict=True):
             assert got.dtype == want.dtype and torch.equal(got, want)
+
+
+@pytest.mark.parametrize("dropped", [3, 100])
+def test_out_order_mask_equals_the_gather(dropped):
+    """The edge mask in out order equals ``mask[out_edge]`` whether it drops a few edges (the
+    cleared-ones path through the cached inverse) or many (the gather)."""
+    from cmpnn_dist.model.pruned_select import out_index, out_order_mask
+
+    g = graph(seed=4, num_nodes=30, num_facts=150)
+    gen = torch.Generator().manual_seed(dropped)
+    mask = torch.ones(g.num_edges, dtype=torch.bool)
+    mask[torch.randperm(g.num_edges, generator=gen)[:dropped]] = False
+    for _ in range(2):  # the second call reads the cached inverse
+        got = out_order_mask(g, mask)
+        assert torch.equal(got, mask[out_index(g)[1]]) and int((~got).sum()) == dropped

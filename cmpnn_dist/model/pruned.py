@@ -49,6 +49,7 @@ from cmpnn_dist.graph import Graph
 from cmpnn_dist.model.pruned_select import (
     out_edges,
     out_index,
+    out_order_mask,
     pack_graph,
     pack_relation,
     segment_topk,
@@ -218,7 +219,7 @@ class PrunedPropagation(nn.Module):
         if kernel is not None:  # selection and packing in one pass per query, no sort
             s_keys = kernel.select_senders(keys, prio, n, batch, ctx["k"])
             if ctx["edge_mask"] is not None and "out_mask" not in ctx:  # read in out order
-                ctx["out_mask"] = ctx["edge_mask"].index_select(0, out_index(graph)[1])
+                ctx["out_mask"] = out_order_mask(graph, ctx["edge_mask"])
             return s_keys, *kernel.select_subgraph(
                 s_keys, n, batch, out_index(graph), ctx.get("out_mask"), ctx["slot"], prio,
                 ctx["const"], ctx["e"], r2, with_edges,

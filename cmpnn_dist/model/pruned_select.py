@@ -55,6 +55,27 @@ def out_index(graph: Graph) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return graph._cache[key]
 
 
+def out_order_mask(graph: Graph, edge_mask: Tensor) -> Tensor:
+    """``edge_mask`` (bool [E], by edge id) in :func:`out_index` order, ``edge_mask[out_edge]``.
+
+    A training mask drops a few edges (those of the batch's query pairs): then the dropped
+    ones are cleared in a mask of ones through the cached inverse of ``out_edge`` (one pass
+    to find them), instead of gathering all E entries through a permutation."""
+    removed = (~edge_mask).nonzero().squeeze(1)
+    if removed.numel() * 64 > edge_mask.numel():
+        return edge_mask.index_select(0, out_index(graph)[1])
+    key = "pruned_out_position"
+    if key not in graph._cache:  # out position of each edge id
+        out_edge = out_index(graph)[1]
+        dtype = torch.int32 if out_edge.numel() < 2**31 else torch.long
+        pos = torch.empty(out_edge.numel(), dtype=dtype, device=out_edge.device)
+        graph._cache[key] = pos.index_copy_(
+            0, out_edge, torch.arange(out_edge.numel(), dtype=dtype, device=out_edge.device)
+        )
+    keep = torch.ones_like(edge_mask)
+    return keep.index_fill_(0, graph._cache[key].index_select(0, removed).long(), False)
+
+
 def out_edges(graph: Graph, nodes: Tensor) -> tuple[Tensor, Tensor]:
     """Every out-edge of each of ``nodes`` (int64 [S]).
 

@@ -132,7 +132,8 @@ using Subgraph = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tens
 // One query's part of a layer's subgraph: its kept edges (sender row i in s_keys, out
 // position p), in output order, and its nodes (sorted) with their in-degrees in the subgraph.
 struct QueryPart {
-  std::vector<int64_t> sender, pos, node;
+  std::vector<int32_t> sender, receiver, rel;  // sender: its index in the query's senders
+  std::vector<int64_t> pos, node;               // pos: only with_edges
   std::vector<int32_t> degree;
 };
 
@@ -212,17 +213,22 @@ Subgraph subgraph_impl(const Tensor& s_keys, int64_t n, int64_t batch, const Ten
       for (int64_t i = first[b]; i < first[b + 1]; ++i) touch(sk[i] - b * n);
       const int64_t reserve = std::min(bound, e);
       q.sender.reserve(reserve);
-      q.pos.reserve(reserve);
+      q.receiver.reserve(reserve);
+      q.rel.reserve(reserve);
+      if (with_edges) q.pos.reserve(reserve);
       int64_t j = 0, ties = cut.ties;
       each_edge(b, [&](int64_t i, int64_t p) {
         if (cutting) {  // keep the scores above t, then the first `ties` at t
           const float x = s[j++];
           if (!(x > cut.t || (x == cut.t && ties-- > 0))) return;
         }
-        q.sender.push_back(i);
-        q.pos.push_back(p);
-        touch(od[p]);
-        ++degree[od[p]];
+        const int64_t v = od[p];
+        q.sender.push_back(static_cast<int32_t>(i - first[b]));
+        q.receiver.push_back(static_cast<int32_t>(v));
+        q.rel.push_back(static_cast<int32_t>(orl[p]));
+        if (with_edges) q.pos.push_back(p);
+        touch(v);
+        ++degree[v];
       });
       if (static_cast<int64_t>(touched.size()) * 16 > n) {  // in order: scan, not sort
         touched.clear();
@@ -243,7 +249,7 @@ Subgraph subgraph_impl(const Tensor& s_keys, int64_t n, int64_t batch, const Ten
   std::vector<int64_t> node_off(batch + 1, 0), edge_off(batch + 1, 0);
   for (int64_t b = 0; b < batch; ++b) {
     node_off[b + 1] = node_off[b] + static_cast<int64_t>(part[b].node.size());
-    edge_off[b + 1] = edge_off[b] + static_cast<int64_t>(part[b].pos.size());
+    edge_off[b + 1] = edge_off[b] + static_cast<int64_t>(part[b].sender.size());
   }
   const int64_t num = node_off[batch], total = edge_off[batch];
   TORCH_CHECK(total < INT32_MAX && batch * num_relations < INT32_MAX,
@@ -272,7 +278,8 @@ Subgraph subgraph_impl(const Tensor& s_keys, int64_t n, int64_t batch, const Ten
   // 3. per query: node keys, row offsets, and the edges counting-sorted by receiver row
   // (stable: within a row, edges keep the order of step 2)
   at::parallel_for(0, batch, 1, [&](int64_t b0, int64_t b1) {
-    std::vector<int64_t> row_of(n), cursor, start;
+    std::vector<int32_t> local(n);  // a node's row among its query's packed rows
+    std::vector<int64_t> cursor, start;
     for (int64_t b = b0; b < b1; ++b) {
       const QueryPart& q = part[b];
       const int64_t p0 = node_off[b];
@@ -280,24 +287,29 @@ Subgraph subgraph_impl(const Tensor& s_keys, int64_t n, int64_t batch, const Ten
       start.resize(q.node.size());
       int64_t at = edge_off[b];
       for (size_t r = 0; r < q.node.size(); ++r) {
-        row_of[q.node[r]] = p0 + static_cast<int64_t>(r);
+        local[q.node[r]] = static_cast<int32_t>(r);
         nk[p0 + r] = b * n + q.node[r];
         cursor[r] = start[r] = at;
         at += q.degree[r];
         ip[p0 + r + 1] = at;
       }
-      for (int64_t i = first[b]; i < first[b + 1]; ++i) sr[i] = row_of[sk[i] - b * n];
-      for (size_t c = 0; c < q.pos.size(); ++c) {
-        const int64_t p = q.pos[c], r = row_of[od[p]], sender = sr[q.sender[c]];
-        const int64_t w = cursor[r - p0]++, t = edge_off[b] + static_cast<int64_t>(c);
+      const int64_t* senders = sk + first[b];
+      int64_t* sender_rows = sr + first[b];
+      for (int64_t i = 0; i < first[b + 1] - first[b]; ++i)
+        sender_rows[i] = p0 + local[senders[i] - b * n];
+      const int64_t rel_base = b * num_relations;
+      for (size_t c = 0; c < q.sender.size(); ++c) {
+        const int64_t lr = local[q.receiver[c]], sender = sender_rows[q.sender[c]];
+        const int64_t w = cursor[lr]++, t = edge_off[b] + static_cast<int64_t>(c);
+        const int64_t rel_w = rel_base + q.rel[c];
         src_p[w] = sender;
-        rel_p[w] = b * num_relations + orl[p];
-        if (edge_p != nullptr) edge_p[w] = oe[p];
+        rel_p[w] = rel_w;
+        if (edge_p != nullptr) edge_p[w] = oe[q.pos[c]];
         ++tip[sender + 1];
         te[t] = static_cast<int32_t>(w);
-        td[t] = static_cast<int32_t>(r);
-        tr[t] = static_cast<int32_t>(rel_p[w]);
-        tp[t] = static_cast<int32_t>(w - start[r - p0]);
+        td[t] = static_cast<int32_t>(p0 + lr);
+        tr[t] = static_cast<int32_t>(rel_w);
+        tp[t] = static_cast<int32_t>(w - start[lr]);
       }
     }
   });
@@ -316,6 +328,7 @@ Subgraph select_subgraph(const Tensor& s_keys, int64_t n, int64_t batch, const T
   TORCH_CHECK(score.is_contiguous() && const_score.is_contiguous() && slot.is_contiguous());
   TORCH_CHECK(slot.numel() == batch * n && const_score.numel() == batch && e >= 0);
   TORCH_CHECK(out_ptr.numel() == n + 1);
+  TORCH_CHECK(n < INT32_MAX, "select_subgraph: node ids must fit int32");
   const Tensor mt = mask.has_value() ? mask->contiguous() : Tensor();
   TORCH_CHECK(!mt.defined() || (mt.scalar_type() == at::kBool && mt.numel() == out_edge.numel()));
   if (slot.scalar_type() == at::kInt)
