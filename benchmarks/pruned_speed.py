@@ -139,18 +139,24 @@ class Batches:
 def make_model(ratio: str, data: dict, dim: int, dev: str) -> CMPNN:
     """``dense``, a node ratio, ``RATIO:torch-select`` (the torch selection path instead of
     the compiled CPU one: ``PrunedPropagation.compiled_select = False``), ``RATIO:relations``
-    (``model.prune.unvisited=relations``) or ``RATIO:relationsK`` (and ``unvisited_hops=K``)."""
+    (``model.prune.unvisited=relations``), ``RATIO:relationsK`` (and ``unvisited_hops=K``),
+    ``RATIO:prior`` or ``RATIO:priorK`` (``model.prior=relations``, ``prior_hops=K``; also
+    ``dense:prior``)."""
     ratio, _, variant = ratio.partition(":")
-    hops = variant.removeprefix("relations")
+    kind = "relations" if variant.startswith("relations") else "prior"
+    hops = variant.removeprefix(kind)
     if variant not in ("", "torch-select") and not (
-        variant.startswith("relations") and (hops == "" or hops.isdigit())
+        variant.startswith(kind) and (hops == "" or hops.isdigit())
     ):
         raise ValueError(
-            f"unknown config variant {variant!r} (known: torch-select, relations, relationsK)"
+            f"unknown config variant {variant!r} (known: torch-select, relations, relationsK, "
+            "prior, priorK)"
         )
-    kw = {}
+    kw, prior = {}, {}
     if variant.startswith("relations"):
         kw = dict(unvisited="relations", unvisited_hops=int(hops or PruneConfig.unvisited_hops))
+    elif variant.startswith("prior"):
+        prior = dict(prior="relations", prior_hops=int(hops or ModelConfig.prior_hops))
     prune = PruneConfig(**kw) if ratio == "dense" else PruneConfig(node_ratio=float(ratio), **kw)
     cfg = ModelConfig(
         num_layers=data["layers"],
@@ -158,6 +164,7 @@ def make_model(ratio: str, data: dict, dim: int, dev: str) -> CMPNN:
         decoder_hidden_dim=dim,
         propagation="dense" if ratio == "dense" else "pruned",
         prune=prune,
+        **prior,
     )
     torch.manual_seed(0)
     model = CMPNN(cfg, data["num_relations"], OpsConfig()).to(dev)
