@@ -67,7 +67,7 @@ class _SparseRowLogits(torch.autograd.Function):
     ) -> Tensor:
         hidden = _add_query_part(F.linear(h, w_h), qp, query)
         ctx.save_for_backward(h, qp, query, w_h, w_b)
-        return F.linear(F.relu(hidden), w_b, c_b).squeeze(-1)
+        return F.linear(hidden.relu_(), w_b, c_b).squeeze(-1)  # hidden: not kept
 
     @staticmethod
     @once_differentiable

@@ -39,8 +39,9 @@ class _SplitRows(torch.autograd.Function):
     def forward(ctx: FunctionCtx, h: Tensor, rows: Tensor, size: int) -> tuple[Tensor, Tensor]:
         at = (rows >= 0).nonzero().squeeze(1)
         read = rows.index_select(0, at)
-        table = h.new_zeros((size, *h.shape[1:]))
+        table = h.new_empty((size, *h.shape[1:]))  # written once: h, then zeros
         table[: h.shape[0]] = h
+        table[h.shape[0] :] = 0
         table.index_fill_(0, read, 0)
         ctx.save_for_backward(at, read)
         ctx.shape = h.shape
