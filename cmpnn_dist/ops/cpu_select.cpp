@@ -3,10 +3,11 @@
 // with no sort of the candidates.  Both ops keep exactly the items the torch path keeps:
 //
 //   top-k of a query's items by score (descending); ties: the item that comes first in the
-//   input order.  The k-th score t is found with nth_element (senders) or, for the edges,
-//   with a 65,536-bucket histogram of the scores' order-preserving bits, filled while the
-//   scores are read, and nth_element over the one bucket that holds t; then one ordered pass
-//   keeps every score > t and the first (k - #greater) items with score == t.
+//   input order.  The k-th score t is found with a 65,536-bucket histogram of the scores'
+//   order-preserving bits (for the edges filled while their scores are read) and
+//   nth_element over the one bucket that holds t; then one ordered pass keeps every
+//   score > t and the first (k - #greater) items with score == t (for the edges without a
+//   branch on the outcome: every candidate is written, the kept ones advance the output).
 //
 // senders(keys [M], score [M], n, batch, k) -> sorted int64 keys of the kept (query, node)
 //   pairs: per query b (= key / n) its top-k rows (rows in input order).
@@ -47,52 +48,6 @@ namespace {
 
 using at::Tensor;
 
-// Bool keep-mask of the top-k of `score` (descending; ties: smaller index first).
-std::vector<char> top_k_mask(const std::vector<float>& score, int64_t k) {
-  const int64_t c = static_cast<int64_t>(score.size());
-  std::vector<char> keep(c, 1);
-  if (c <= k) return keep;
-  std::vector<float> tmp(score);
-  std::nth_element(tmp.begin(), tmp.begin() + (k - 1), tmp.end(), std::greater<float>());
-  const float t = tmp[k - 1];
-  int64_t greater = 0;
-  for (float s : score) greater += s > t;
-  int64_t ties = k - greater;
-  for (int64_t i = 0; i < c; ++i) {
-    const float s = score[i];
-    keep[i] = s > t || (s == t && ties-- > 0);
-  }
-  return keep;
-}
-
-Tensor select_senders(const Tensor& keys, const Tensor& score, int64_t n, int64_t batch,
-                      int64_t k) {
-  TORCH_CHECK(keys.scalar_type() == at::kLong && score.scalar_type() == at::kFloat);
-  TORCH_CHECK(keys.numel() == score.numel());
-  const Tensor kc = keys.contiguous(), sc = score.contiguous();
-  const int64_t* kp = kc.const_data_ptr<int64_t>();
-  const float* sp = sc.const_data_ptr<float>();
-  const int64_t m = kc.numel();
-  std::vector<std::vector<int64_t>> rows(batch);
-  for (int64_t i = 0; i < m; ++i) rows[kp[i] / n].push_back(i);
-  std::vector<std::vector<int64_t>> out(batch);
-  at::parallel_for(0, batch, 1, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      std::vector<float> s(rows[b].size());
-      for (size_t j = 0; j < s.size(); ++j) s[j] = sp[rows[b][j]];
-      const auto keep = top_k_mask(s, k);
-      for (size_t j = 0; j < s.size(); ++j)
-        if (keep[j]) out[b].push_back(kp[rows[b][j]]);
-      std::sort(out[b].begin(), out[b].end());
-    }
-  });
-  int64_t total = 0;
-  for (const auto& o : out) total += static_cast<int64_t>(o.size());
-  Tensor result = at::empty({total}, kc.options());
-  int64_t* rp = result.data_ptr<int64_t>();
-  for (const auto& o : out) rp = std::copy(o.begin(), o.end(), rp);
-  return result;
-}
 
 // Larger score -> larger key (IEEE bits made monotone; -0 folded into +0).
 inline uint32_t order_key(float s) {
@@ -124,6 +79,51 @@ Cut top_k_cut(const float* s, int64_t c, int64_t k, const std::vector<uint32_t>&
   int64_t greater = above;
   for (float x : in) greater += x > t;
   return {t, k - greater};
+}
+
+// Bool keep-mask of the top-k of `score` (descending; ties: smaller index first).
+std::vector<char> top_k_mask(const std::vector<float>& score, int64_t k) {
+  const int64_t c = static_cast<int64_t>(score.size());
+  std::vector<char> keep(c, 1);
+  if (c <= k) return keep;
+  std::vector<uint32_t> hist(65536, 0u);
+  for (float x : score) ++hist[order_key(x) >> 16];
+  const Cut cut = top_k_cut(score.data(), c, k, hist);
+  int64_t ties = cut.ties;
+  for (int64_t i = 0; i < c; ++i) {
+    const float x = score[i];
+    keep[i] = x > cut.t || (x == cut.t && ties-- > 0);
+  }
+  return keep;
+}
+
+Tensor select_senders(const Tensor& keys, const Tensor& score, int64_t n, int64_t batch,
+                      int64_t k) {
+  TORCH_CHECK(keys.scalar_type() == at::kLong && score.scalar_type() == at::kFloat);
+  TORCH_CHECK(keys.numel() == score.numel());
+  const Tensor kc = keys.contiguous(), sc = score.contiguous();
+  const int64_t* kp = kc.const_data_ptr<int64_t>();
+  const float* sp = sc.const_data_ptr<float>();
+  const int64_t m = kc.numel();
+  std::vector<std::vector<int64_t>> rows(batch);
+  for (int64_t i = 0; i < m; ++i) rows[kp[i] / n].push_back(i);
+  std::vector<std::vector<int64_t>> out(batch);
+  at::parallel_for(0, batch, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      std::vector<float> s(rows[b].size());
+      for (size_t j = 0; j < s.size(); ++j) s[j] = sp[rows[b][j]];
+      const auto keep = top_k_mask(s, k);
+      for (size_t j = 0; j < s.size(); ++j)
+        if (keep[j]) out[b].push_back(kp[rows[b][j]]);
+      std::sort(out[b].begin(), out[b].end());
+    }
+  });
+  int64_t total = 0;
+  for (const auto& o : out) total += static_cast<int64_t>(o.size());
+  Tensor result = at::empty({total}, kc.options());
+  int64_t* rp = result.data_ptr<int64_t>();
+  for (const auto& o : out) rp = std::copy(o.begin(), o.end(), rp);
+  return result;
 }
 
 using Subgraph = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor,
@@ -171,7 +171,8 @@ Subgraph subgraph_impl(const Tensor& s_keys, int64_t n, int64_t batch, const Ten
     std::vector<uint32_t> hist(65536);
     std::vector<float> node_score(n), s;
     std::vector<int32_t> degree(n, -1);  // -1: not in the subgraph
-    std::vector<int64_t> touched;
+    std::vector<int64_t> touched, kp;
+    std::vector<int32_t> ks, kr, kl;
     for (int64_t b = b0; b < b1; ++b) {
       QueryPart& q = part[b];
       int64_t bound = 0;  // every out-edge of the senders (the mask only removes some)
@@ -211,25 +212,36 @@ Subgraph subgraph_impl(const Tensor& s_keys, int64_t n, int64_t batch, const Ten
         }
       };
       for (int64_t i = first[b]; i < first[b + 1]; ++i) touch(sk[i] - b * n);
-      const int64_t reserve = std::min(bound, e);
-      q.sender.reserve(reserve);
-      q.receiver.reserve(reserve);
-      q.rel.reserve(reserve);
-      if (with_edges) q.pos.reserve(reserve);
-      int64_t j = 0, ties = cut.ties;
+      // every candidate written, the index advanced only for a kept one (no branch to
+      // mispredict on the cut); then the kept prefix is copied out and its nodes touched
+      ks.resize(bound);
+      kr.resize(bound);
+      kl.resize(bound);
+      if (with_edges) kp.resize(bound);
+      int64_t w = 0, j = 0, ties = cutting ? cut.ties : 0;
+      const float t = cut.t;
       each_edge(b, [&](int64_t i, int64_t p) {
+        bool keep = true;
         if (cutting) {  // keep the scores above t, then the first `ties` at t
           const float x = s[j++];
-          if (!(x > cut.t || (x == cut.t && ties-- > 0))) return;
+          const bool at_t = x == t;
+          keep = (x > t) | (at_t & (ties > 0));
+          ties -= at_t & keep;
         }
-        const int64_t v = od[p];
-        q.sender.push_back(static_cast<int32_t>(i - first[b]));
-        q.receiver.push_back(static_cast<int32_t>(v));
-        q.rel.push_back(static_cast<int32_t>(orl[p]));
-        if (with_edges) q.pos.push_back(p);
-        touch(v);
-        ++degree[v];
+        ks[w] = static_cast<int32_t>(i - first[b]);
+        kr[w] = static_cast<int32_t>(od[p]);
+        kl[w] = static_cast<int32_t>(orl[p]);
+        if (with_edges) kp[w] = p;
+        w += keep;
       });
+      q.sender.assign(ks.begin(), ks.begin() + w);
+      q.receiver.assign(kr.begin(), kr.begin() + w);
+      q.rel.assign(kl.begin(), kl.begin() + w);
+      if (with_edges) q.pos.assign(kp.begin(), kp.begin() + w);
+      for (int64_t c = 0; c < w; ++c) {
+        touch(kr[c]);
+        ++degree[kr[c]];
+      }
       if (static_cast<int64_t>(touched.size()) * 16 > n) {  // in order: scan, not sort
         touched.clear();
         for (int64_t v = 0; v < n; ++v)
