@@ -28,8 +28,11 @@ class Decoder(nn.Module):
     def rows(self, h: Tensor, z_q: Tensor, query: Tensor) -> Tensor:
         """Logits float [M] of M (query, node) rows: h float [M, d] (their states), z_q float
         [B, d], query int64 [M] (each row's query); W_a^z z_q + c_a once per query, not per
-        row (pruned propagation's priorities and its final scores).  The backward runs on the
-        rows whose logit has a nonzero gradient only (:class:`_SparseRowLogits`)."""
+        row (pruned propagation's priorities and its final scores).  On the CPU the backward
+        runs on the rows whose logit has a nonzero gradient only (:class:`_SparseRowLogits`;
+        elsewhere plain autograd: finding those rows would read the device back)."""
+        if h.device.type != "cpu":
+            return self._logits(h, self._query_part(z_q).index_select(0, query))
         weight = self.hidden.weight[:, : self.dim]
         return _SparseRowLogits.apply(
             h, self._query_part(z_q), query, weight, self.out.weight, self.out.bias
