@@ -48,7 +48,6 @@ namespace {
 
 using at::Tensor;
 
-
 // Larger score -> larger key (IEEE bits made monotone; -0 folded into +0).
 inline uint32_t order_key(float s) {
   s += 0.0f;
@@ -129,8 +128,9 @@ Tensor select_senders(const Tensor& keys, const Tensor& score, int64_t n, int64_
 using Subgraph = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor,
                             Tensor, Tensor, Tensor>;
 
-// One query's part of a layer's subgraph: its kept edges (sender row i in s_keys, out
-// position p), in output order, and its nodes (sorted) with their in-degrees in the subgraph.
+// One query's part of a layer's subgraph: its kept edges in output order (each one's sender
+// as its index among the query's senders, receiver node, relation, and out position when edge
+// ids are asked for), and its nodes (sorted) with their in-degrees in the subgraph.
 struct QueryPart {
   std::vector<int32_t> sender, receiver, rel;  // sender: its index in the query's senders
   std::vector<int64_t> pos, node;               // pos: only with_edges
