@@ -20,6 +20,10 @@ same way; the killed run's loss per step after the resume against the uninterrup
 (bit-identical or the largest difference) and its test metrics.
 
     OUT=/tmp/e2e python benchmarks/gpu_e2e.py --data-root .gpu/data
+    python benchmarks/gpu_e2e.py --data-root .gpu/data --runs cuda_default cuda_default_bf16
+
+``--runs`` picks runs by name (default: all); comparisons and the resume check are reported
+where both of their runs were picked.
 """
 
 from __future__ import annotations
@@ -38,6 +42,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = [sys.executable, "-m", "cmpnn_dist.train"]
 WINDOW = 50
+RUNS = (
+    "cuda_default",
+    "cuda_fb237",
+    "cuda_det",
+    "cuda_killed",
+    "cuda_default_bf16",
+    "cuda_fb237_bf16",
+    "cpu_default",
+    "cpu_fb237",
+)
 
 
 def start(name: str, args: list[str], store: Path, log_dir: Path) -> tuple[subprocess.Popen, float]:
@@ -156,13 +170,13 @@ def main() -> None:
     ap.add_argument("--cpu-threads", type=int, default=6)
     ap.add_argument("--default-steps", type=int, default=None, help="default: the preset's")
     ap.add_argument("--gpu-device", default="cuda", help="cpu only to check this script")
+    ap.add_argument("--runs", nargs="+", default=list(RUNS), choices=RUNS, help="default: all")
     ap.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "benchmarks" / "results")))
     a = ap.parse_args()
     out, store = Path(a.out), Path(a.store)
     log_dir = store / "logs"  # one log per run (the device returns at most 8 files)
     log_dir.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
-    fb = ["conf=fb237_ind_v1", f"data_root={a.data_root}"]
     steps = [f"train.max_steps={a.default_steps}"] if a.default_steps else []
     fb = ["conf=fb237_ind_v1", f"data_root={a.data_root}", f"train.max_steps={a.fb_steps}"]
     cpu = ["train.device=cpu", f"train.num_threads={a.cpu_threads}"]
@@ -172,6 +186,7 @@ def main() -> None:
     background = {
         n: start(n, args, store, log_dir)
         for n, args in (("cpu_default", [*steps, *cpu]), ("cpu_fb237", [*fb, *cpu]))
+        if n in a.runs
     }
     rows: dict = {}
     det = [*steps, *cuda, "train.deterministic=true", "checkpoint.every_steps=50"]
@@ -184,6 +199,8 @@ def main() -> None:
         ("cuda_default_bf16", [*steps, *bf16]),
         ("cuda_fb237_bf16", [*fb, *bf16]),
     ):
+        if name not in a.runs:
+            continue
         if name == "cuda_killed":
             rows[name] = kill_and_resume(det, store, log_dir, at_step=100)
         else:
@@ -191,23 +208,29 @@ def main() -> None:
         save_partial(out, rows)
     for name, (proc, t0) in background.items():
         rows[name] = finish(name, proc, t0, store, log_dir, 900)
-    killed, whole = rows["cuda_killed"], rows["cuda_det"]
-    after = [s for s in killed["loss"] if s > 100 and s in whole["loss"]]
-    diffs = [abs(killed["loss"][s] - whole["loss"][s]) for s in after]
-    resume = {
-        "killed_after_step": killed.get("killed_after_step"),
-        "resumed_from_step": killed.get("resumed_from_step"),
-        "steps_compared": len(after),
-        "bit_identical_loss": bool(after) and max(diffs) == 0.0,
-        "max_abs_loss_diff": max(diffs) if diffs else None,
-        "test_equal": killed.get("test") == whole.get("test"),
-        "test_diff": compare(whole, killed)["test_diff"],
-    }
+    resume = None
+    if "cuda_killed" in rows and "cuda_det" in rows:
+        killed, whole = rows["cuda_killed"], rows["cuda_det"]
+        after = [s for s in killed["loss"] if s > 100 and s in whole["loss"]]
+        diffs = [abs(killed["loss"][s] - whole["loss"][s]) for s in after]
+        resume = {
+            "killed_after_step": killed.get("killed_after_step"),
+            "resumed_from_step": killed.get("resumed_from_step"),
+            "steps_compared": len(after),
+            "bit_identical_loss": bool(after) and max(diffs) == 0.0,
+            "max_abs_loss_diff": max(diffs) if diffs else None,
+            "test_equal": killed.get("test") == whole.get("test"),
+            "test_diff": compare(whole, killed)["test_diff"],
+        }
     comparisons = [
-        compare(rows["cpu_default"], rows["cuda_default"]),
-        compare(rows["cpu_fb237"], rows["cuda_fb237"]),
-        compare(rows["cuda_default"], rows["cuda_default_bf16"]),
-        compare(rows["cuda_fb237"], rows["cuda_fb237_bf16"]),
+        compare(rows[x], rows[y])
+        for x, y in (
+            ("cpu_default", "cuda_default"),
+            ("cpu_fb237", "cuda_fb237"),
+            ("cuda_default", "cuda_default_bf16"),
+            ("cuda_fb237", "cuda_fb237_bf16"),
+        )
+        if x in rows and y in rows
     ]
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"],
@@ -258,7 +281,8 @@ def main() -> None:
     lines += [
         f"| {c['runs']} | {c['max_rel_window_diff']} | {c['test_diff']} |" for c in comparisons
     ]
-    lines += ["", f"SIGKILL and resume on the card: {json.dumps(resume)}"]
+    if resume is not None:
+        lines += ["", f"SIGKILL and resume on the card: {json.dumps(resume)}"]
     (out / f"gpu_e2e_{tag}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
