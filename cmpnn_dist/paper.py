@@ -86,6 +86,22 @@ def _entries() -> list[tuple[str, dict[str, Any], str, float]]:
 
 ENTRIES = _entries()
 
+# Published figures of peer models on the same splits, for the same comparison.  NBFNet: Zhu et
+# al., "Neural Bellman-Ford Networks", NeurIPS 2021 (arXiv:2106.06935), the inductive relation
+# prediction table: Hits@10 against 50 sampled negatives, GraIL's splits, in SPLITS' order.
+PEERS: dict[str, dict[str, float]] = {
+    "NBFNet": dict(zip(SPLITS, [0.948, 0.905, 0.893, 0.890, 0.834, 0.949, 0.951, 0.960],
+                       strict=True)),
+}
+
+
+def peer_values(split: str, metric: str) -> dict[str, float]:
+    """Published peer figures for ``split`` (``data.name``) and ``metric``: ``{model: value}``,
+    empty where none is published (only ``test_hits@10_50`` of the GraIL splits is)."""
+    if metric != "test_hits@10_50":
+        return {}
+    return {model: values[split] for model, values in PEERS.items() if split in values}
+
 
 def paper_value(signature: dict[str, Any], metric: str) -> tuple[float, str] | None:
     """The paper's figure for a cell whose resolved config keys are ``signature`` (dotted keys

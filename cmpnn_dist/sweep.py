@@ -124,7 +124,7 @@ def _mean_std(values: list[float]) -> tuple[float, float | None]:
 def summarize(sweep: Path, metrics: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
     """Finished cells grouped over ``train.seed``: one row per design point with each metric's
     mean, sample std, seed count and the paper's value (where the paper has one)."""
-    from cmpnn_dist.paper import paper_value
+    from cmpnn_dist.paper import paper_value, peer_values
 
     spec = json.loads((sweep / "sweep.json").read_text())
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
@@ -149,6 +149,8 @@ def summarize(sweep: Path, metrics: tuple[str, ...] | None = None) -> list[dict[
             paper = paper_value(sig, metric)
             if paper is not None:
                 row[f"paper {metric}"] = paper
+            for model, value in peer_values(str(sig.get("data.name")), metric).items():
+                row[f"{model} {metric}"] = value
         rows.append(row)
     return rows
 
@@ -159,9 +161,12 @@ def report(sweep: Path) -> tuple[Path, list[Path]]:
     rows = summarize(sweep)
     metrics = [m for m in (f"test_{k}" for k in METRICS) if any(m in r for r in rows)]
     lines = [f"# Sweep {sweep.name}", "", "mean +- sample std over seeds (n = seeds)", ""]
+    from cmpnn_dist.paper import PEERS
+
     header = ["design point", "seeds"]
     for m in metrics:
         header += [m, "paper"] if any(f"paper {m}" in r for r in rows) else [m]
+        header += [f"{p} (published)" for p in PEERS if any(f"{p} {m}" in r for r in rows)]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     tables: set[str] = set()
     for r in rows:
@@ -174,9 +179,15 @@ def report(sweep: Path) -> tuple[Path, list[Path]]:
                 cells.append(f"{paper[0]:.3f}" if paper else "-")
                 if paper:
                     tables.add(paper[1])
+            for p in PEERS:
+                if any(f"{p} {m}" in x for x in rows):
+                    cells.append(f"{r[f'{p} {m}']:.3f}" if f"{p} {m}" in r else "-")
         lines.append("| " + " | ".join(cells) + " |")
     if tables:
         lines += ["", "Paper values from: " + ", ".join(sorted(tables)) + "."]
+    if any(f"{p} {m}" in r for r in rows for p in PEERS for m in metrics):
+        lines += ["", "NBFNet (published): Zhu et al., NeurIPS 2021, inductive relation "
+                  "prediction table (Hits@10 of 50 negatives)."]
     md = sweep / "report.md"
     tmp = md.with_name(".report.md.tmp")
     tmp.write_text("\n".join(lines) + "\n")

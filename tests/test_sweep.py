@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from test_distributed import _free_port
 
-from cmpnn_dist.paper import paper_value
+from cmpnn_dist.paper import SPLITS, paper_value, peer_values
 from cmpnn_dist.sweep import expand, report, summarize, write_results_csv
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,7 +68,8 @@ def test_report_means_sample_std_and_the_paper_beside(tmp_path):
     md, plots = report(sweep)
     text = md.read_text()
     assert "| model.init=0 | 2 | 0.310 +- 0.014 |" in text  # test_mrr column first
-    assert "0.620 +- 0.028 | 0.615 |" in text and "0.930 +- 0.010 | 0.932 |" in text
+    assert "0.620 +- 0.028 | 0.615 | 0.948 |" in text and "0.930 +- 0.010 | 0.932 | 0.948 |" in text
+    assert "NBFNet (published)" in text and "Zhu et al., NeurIPS 2021" in text
     assert [p.name for p in plots] == ["plot_model.init.png"]
     assert plots[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows_csv = write_results_csv(sweep).read_text().splitlines()
@@ -82,6 +83,14 @@ def test_paper_lookup_matches_only_the_exact_design_point():
     assert paper_value({**sig, "model.init": 1}, "test_hits@10_50") is None
     assert paper_value({"data.name": "wn18rr", "model.family": "rgcn"}, "test_mrr") == (
         0.367, "transductive-table-1")  # fmt: skip
+
+
+def test_published_peer_values_cover_the_eight_splits_in_order():
+    """NBFNet's published inductive Hits@10 of 50 (Zhu et al. 2021), one per GraIL split."""
+    assert [peer_values(s, "test_hits@10_50")["NBFNet"] for s in SPLITS] == [
+        0.948, 0.905, 0.893, 0.890, 0.834, 0.949, 0.951, 0.960]  # fmt: skip
+    assert peer_values("fb237_ind_v1", "test_mrr") == {}
+    assert peer_values("wn18rr", "test_hits@10_50") == {}
 
 
 def test_sweep_cli_errors_are_one_line(tmp_path):
