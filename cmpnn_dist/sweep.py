@@ -153,6 +153,23 @@ def summarize(sweep: Path, metrics: tuple[str, ...] | None = None) -> list[dict[
     return rows
 
 
+def hits_rule_line(sweep: Path) -> str:
+    """Which ``eval.hits_negatives_rule`` the finished cells' test Hits@10_50 is under (each
+    cell's result names it; cmpnn_dist/evaluation/metrics.py)."""
+    spec = json.loads((sweep / "sweep.json").read_text())
+    rules = set()
+    for cell in spec["cells"]:
+        result = cell_result(Path(cell["run_dir"]))
+        if result is not None:
+            rules.add(str((result.get("test") or {}).get("hits_negatives_rule", "not recorded")))
+    mixed = " (differs between cells)" if len(rules) > 1 else ""
+    return (
+        "test_hits@10_50: Hits@10 against 50 negatives, eval.hits_negatives_rule="
+        f"{', '.join(sorted(rules))}{mixed} (paper: the paper's code, HxyScotthuang/CMPNN "
+        "cmpnn/task.py, C(50, i); nbfnet_pyg: NBFNet-PyG's script/run.py, C(49, i))."
+    )
+
+
 def report(sweep: Path) -> tuple[Path, list[Path]]:
     """Write ``report.md`` (mean +- sample std over seeds, the paper's value beside) and one PNG
     per swept design choice (metric by value) into the sweep folder; returns their paths."""
@@ -177,6 +194,8 @@ def report(sweep: Path) -> tuple[Path, list[Path]]:
         lines.append("| " + " | ".join(cells) + " |")
     if tables:
         lines += ["", "Paper values from: " + ", ".join(sorted(tables)) + "."]
+    if "test_hits@10_50" in metrics:
+        lines += ["", hits_rule_line(sweep)]
     md = sweep / "report.md"
     tmp = md.with_name(".report.md.tmp")
     tmp.write_text("\n".join(lines) + "\n")
