@@ -8,11 +8,12 @@ The dense model gives every node a state from the layers' biases and its relatio
 still ranks such answers.  For each run's per-query ranks (``ranks_test_all.parquet``) this
 splits the test Hits@10_50 into the two groups:
 
-    hits@10_50(q) = sum_{i=0}^{9} C(49, i) p^i (1 - p)^(49 - i),  p = (rank - 1) / candidates
+    hits@10_50(q) = sum_{i=0}^{9} C(50, i) p^i (1 - p)^(50 - i),  p = rank / (candidates + 1)
 
-(the evaluation's own, :func:`cmpnn_dist.evaluation.metrics.hits_at_k_with_negatives`, rule
-``torchdrug``), reachable(q) = dist(source, answer) <= T in the
-split's graph, contribution = sum over the group / all queries.
+(``--rule``, default ``paper``: the paper's code's rule, HxyScotthuang/CMPNN ``cmpnn/task.py``;
+the others of :func:`cmpnn_dist.evaluation.metrics.hits_at_k_with_negatives`), reachable(q) =
+dist(source, answer) <= T in the split's graph, contribution = sum over the group / all
+queries.
 
     python benchmarks/pruned_gap.py --dataset /tmp/pruned_accuracy/datasets/fb237_ind_v1 \\
         --runs /tmp/pruned_accuracy/runs/pruned-fb237_ind_v1-dense-s0-e2 ... --out gap.md
@@ -50,11 +51,11 @@ def within_hops(
     return seen
 
 
-def test_rankings(run: Path) -> dict[str, np.ndarray]:
+def test_rankings(run: Path, rule: str = "paper") -> dict[str, np.ndarray]:
     """One run's test rankings (``ranks_test_all.parquet``): ``source`` / ``answer`` (the head
     and tail, swapped for head prediction), ``relation`` (the fact's, in [0, |R|)), ``tail``
-    (bool: tail prediction) and ``hits`` (Hits@10_50 by the evaluation's own rule, torchdrug:
-    the formula in the module docstring)."""
+    (bool: tail prediction) and ``hits`` (Hits@10_50 under ``eval.hits_negatives_rule`` ``rule``;
+    ``paper``: the formula in the module docstring)."""
     import pyarrow.parquet as pq
     import torch
 
@@ -68,13 +69,15 @@ def test_rankings(run: Path) -> dict[str, np.ndarray]:
         "answer": np.where(tail, t["tail"], t["head"]),
         "relation": np.asarray(t["relation"]),
         "tail": tail,
-        "hits": hits_at_k_with_negatives(ranks, cands, 10, 50, "torchdrug").numpy(),
+        "hits": hits_at_k_with_negatives(ranks, cands, 10, 50, rule).numpy(),
     }
 
 
-def split_run(run: Path, reach: dict[tuple[int, int], bool]) -> dict[str, float]:
+def split_run(
+    run: Path, reach: dict[tuple[int, int], bool], rule: str = "paper"
+) -> dict[str, float]:
     """Hits@10_50 of one run's test ranks, overall and by reachability of the answer."""
-    t = test_rankings(run)
+    t = test_rankings(run, rule)
     pairs = zip(t["source"], t["answer"], strict=True)
     ok = np.array([reach[(int(a), int(b))] for a, b in pairs])
     h = t["hits"]
@@ -95,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", nargs="+", required=True, help="run folders (same dataset)")
     p.add_argument("--hops", type=int, default=6, help="T: the models' number of layers")
     p.add_argument("--out", help="append the markdown table to this file")
+    p.add_argument("--rule", default="paper", help="eval.hits_negatives_rule of Hits@10_50")
     args = p.parse_args(argv)
 
     from cmpnn_dist.storage import open_dataset
@@ -113,13 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     reach = {(a, b): bool(seen[row[a], b]) for a, b in pairs}
     lines = [
         f"\n{Path(args.dataset).name}: answers within {args.hops} hops of the source in the "
-        "test graph, test Hits@10_50 (torchdrug rule) by group\n",
+        f"test graph, test Hits@10_50 (eval.hits_negatives_rule={args.rule}) by group\n",
         "| run | hits@10_50 | within: n | within: hits | within: share of total "
         "| beyond: n | beyond: hits | beyond: share of total |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for run in map(Path, args.runs):
-        r = split_run(run, reach)
+        r = split_run(run, reach, args.rule)
         lines.append(
             f"| {run.name} | {r['hits']:.3f} | {r['reachable']} | {r['hits_reachable']:.3f} "
             f"| {r['contrib_reachable']:.3f} | {r['queries'] - r['reachable']} "

@@ -37,7 +37,11 @@ from pruned_accuracy import PAPER_HITS, command, last_json, prune_variant  # noq
 
 def _metrics(result: dict) -> dict:
     t = result["test"]
-    return {"hits@10_50": t["hits@10_50"], "mrr": t["mrr"]}
+    return {
+        "hits@10_50": t["hits@10_50"],
+        "mrr": t["mrr"],
+        "hits_negatives_rule": t.get("hits_negatives_rule"),
+    }
 
 
 def one_seed(preset: str, seed: int, args: argparse.Namespace) -> dict:
@@ -81,7 +85,8 @@ def to_markdown(rows: list[dict], ratios: list[str]) -> str:
         f"({r0['variant']}), {r0['epochs']} epochs (the presets train 20: a **reduced "
         "budget**), the dense model trained the same way in the same script run; the pruned "
         "checkpoint re-evaluated at each test node ratio. Test Hits@10 against 50 negatives "
-        "(torchdrug rule, pessimistic ties) / full filtered MRR. Test ratio 1 = the "
+        f"(eval.hits_negatives_rule={r0['dense']['hits_negatives_rule']}, pessimistic ties) / "
+        "full filtered MRR. Test ratio 1 = the "
         "pruned-trained weights run densely (the sigmoid gate dropped: the exact dense limit). "
         f"Commit {r0['commit']}, loads {', '.join(str(r['loadavg'][0]) for r in rows)}.",
         "",

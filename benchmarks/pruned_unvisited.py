@@ -7,8 +7,9 @@ test ranking's source is propagated once more with the priors switched off
 subgraph, so the same nodes are visited; every unvisited candidate then scores
 ``decoder(0, z_q)`` exactly), so the answer was visited iff its score differs from that
 constant.  Per group: rankings, Hits@10_50 of the run's own ranks (``ranks_test_all.parquet``,
-the evaluation's rule, :func:`pruned_gap.test_rankings`) and the group's share of the
-total (shares add up to it).  Dense runs count every answer as visited.
+``--rule``, default ``paper``: the paper's code's rule, :func:`pruned_gap.test_rankings`) and
+the group's share of the total (shares add up to it).  Dense runs count every answer as
+visited.
 
     python benchmarks/pruned_unvisited.py --runs /tmp/pa2/runs/pruned-fb237_ind_v1-0.1-s0-e2 \\
         /tmp/pa2/runs/pruned-fb237_ind_v1-0.1-rel-s0-e2 --storage /tmp/pa2 --out OUT.md
@@ -57,14 +58,14 @@ def answer_visited(
     return torch.cat(out).numpy()
 
 
-def split(run: Path, storage: str, hops: int) -> dict:
+def split(run: Path, storage: str, hops: int, rule: str = "paper") -> dict:
     """The three groups of one run (see the module docstring)."""
     from cmpnn_dist.predict.loading import load_model
     from cmpnn_dist.training.data import load_train_data
 
     model, _, ds = load_model(run, [f"storage_root={storage}"])
     g = load_train_data(ds).test.graph
-    t = test_rankings(run)
+    t = test_rankings(run, rule)
     src, dst = torch.as_tensor(t["source"]), torch.as_tensor(t["answer"])
     rel = torch.as_tensor(np.where(t["tail"], t["relation"], t["relation"] + model.num_relations))
     visited = answer_visited(model, g, src, rel, dst)
@@ -89,14 +90,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--storage", required=True, help="the runs' storage_root")
     p.add_argument("--hops", type=int, default=6, help="T: the models' number of layers")
     p.add_argument("--out", help="append the markdown table to this file")
+    p.add_argument("--rule", default="paper", help="eval.hits_negatives_rule of Hits@10_50")
     args = p.parse_args(argv)
     names = ("visited, within", "unvisited, within", "beyond")
     lines = [
+        f"Hits@10_50 under eval.hits_negatives_rule={args.rule}",
+        "",
         "| run | hits@10_50 | " + " | ".join(f"{n}: n / hits / share" for n in names) + " |",
         "|---|---|" + "---|" * len(names),
     ]
     for run in map(Path, args.runs):
-        r = split(run, args.storage, args.hops)
+        r = split(run, args.storage, args.hops, args.rule)
         cells = " | ".join(f"{r[n][0]} / {r[n][1]:.3f} / {r[n][2]:.3f}" for n in names)
         lines.append(f"| {r['run']} | {r['hits']:.3f} | {cells} |")
         print(lines[-1], flush=True)

@@ -48,7 +48,7 @@ Split = Literal["valid", "test"]
 Negatives = Literal["typed", "uniform"]
 Protocol = Literal["all", "typed", "ogb"]
 Ties = Literal["pessimistic", "average"]
-HitsNegativesRule = Literal["torchdrug", "n_negatives"]
+HitsNegativesRule = Literal["paper", "nbfnet_pyg", "n_negatives"]
 Backend = Literal["auto", "gloo", "nccl"]
 
 
@@ -219,10 +219,11 @@ class EvalConfig:
     # evaluate on at most this many queries of each split (None: all)
     max_queries: int | None = number(None, ge=1)
     num_negatives_hits: int = number(50, ge=1)  # hits@10_50 of the inductive protocol
-    # what hits@10_50's n samples are: torchdrug (n samples, one of them the positive: the
-    # paper's code, TorchDrug / NBFNet) | n_negatives (n negatives beside the positive, a
-    # harsher rule); formulas in cmpnn_dist/evaluation/metrics.py
-    hits_negatives_rule: str = option("torchdrug", HitsNegativesRule)
+    # whose hits@10_50 rule: paper (the paper's code, HxyScotthuang/CMPNN cmpnn/task.py, as
+    # NBFNet's TorchDrug nbfnet/task.py: C(50, i), the target among the samples) | nbfnet_pyg
+    # (NBFNet-PyG's script/run.py: C(49, i) over the negatives) | n_negatives (C(50, i) over
+    # the negatives); formulas in cmpnn_dist/evaluation/metrics.py
+    hits_negatives_rule: str = option("paper", HitsNegativesRule)
     # all (filtered, every entity) | typed (filtered, entities of the target's type) | ogb
     # (OGB's official 500 negative heads / tails, metrics by ogb's Evaluator)
     protocol: str = option("all", Protocol)
@@ -276,6 +277,20 @@ class Config:
 
 _REGISTERED_CHOICES: dict[str, list[Any]] = {}
 
+# names that are not choices but were used for one: given in a config, each is refused with its
+# line; in a run config saved in a checkpoint, each reads as SAVED_CHOICE_NAMES says
+# (cmpnn_dist/training/restore.py), so the run evaluates as it did
+RETIRED_CHOICES: dict[str, dict[str, str]] = {
+    "eval.hits_negatives_rule": {
+        "torchdrug": "names NBFNet-PyG's C(49, i) rule (script/run.py), not TorchDrug's; use "
+        "eval.hits_negatives_rule=nbfnet_pyg for that rule or =paper (the default: the paper's "
+        "code, HxyScotthuang/CMPNN cmpnn/task.py, C(50, i))",
+    },
+}
+SAVED_CHOICE_NAMES: dict[str, dict[str, str]] = {
+    "eval.hits_negatives_rule": {"torchdrug": "nbfnet_pyg"},
+}
+
 
 def register_choice(key: str, value: Any) -> None:
     """Accept ``value`` for the choice field ``key`` (dotted, e.g. ``model.aggregate``) beyond
@@ -297,6 +312,8 @@ def _check_field(key: str, value: Any, meta: Any) -> None:
     if "choices" in meta:
         allowed = allowed_values(key, meta)
         for item in value if meta["each"] else [value]:
+            if isinstance(item, str) and (why := RETIRED_CHOICES.get(key, {}).get(item)):
+                raise ConfigError(f"{key}={item} {why}")
             if item not in allowed or isinstance(item, bool):
                 raise ConfigError(f"bad value {item!r} for {key}; choose one of {list(allowed)}")
         if meta["each"] and not value:

@@ -155,6 +155,23 @@ def summarize(sweep: Path, metrics: tuple[str, ...] | None = None) -> list[dict[
     return rows
 
 
+def hits_rule_line(sweep: Path) -> str:
+    """Which ``eval.hits_negatives_rule`` the finished cells' test Hits@10_50 is under (each
+    cell's result names it; cmpnn_dist/evaluation/metrics.py)."""
+    spec = json.loads((sweep / "sweep.json").read_text())
+    rules = set()
+    for cell in spec["cells"]:
+        result = cell_result(Path(cell["run_dir"]))
+        if result is not None:
+            rules.add(str((result.get("test") or {}).get("hits_negatives_rule", "not recorded")))
+    mixed = " (differs between cells)" if len(rules) > 1 else ""
+    return (
+        "test_hits@10_50: Hits@10 against 50 negatives, eval.hits_negatives_rule="
+        f"{', '.join(sorted(rules))}{mixed} (paper: the paper's code, HxyScotthuang/CMPNN "
+        "cmpnn/task.py, C(50, i); nbfnet_pyg: NBFNet-PyG's script/run.py, C(49, i))."
+    )
+
+
 def report(sweep: Path) -> tuple[Path, list[Path]]:
     """Write ``report.md`` (mean +- sample std over seeds, the paper's value beside) and one PNG
     per swept design choice (metric by value) into the sweep folder; returns their paths."""
@@ -188,6 +205,8 @@ def report(sweep: Path) -> tuple[Path, list[Path]]:
     if any(f"{p} {m}" in r for r in rows for p in PEERS for m in metrics):
         lines += ["", "NBFNet (published): Zhu et al., NeurIPS 2021, inductive relation "
                   "prediction table (Hits@10 of 50 negatives)."]
+    if "test_hits@10_50" in metrics:
+        lines += ["", hits_rule_line(sweep)]
     md = sweep / "report.md"
     tmp = md.with_name(".report.md.tmp")
     tmp.write_text("\n".join(lines) + "\n")

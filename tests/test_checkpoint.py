@@ -183,6 +183,40 @@ def test_evaluate_reads_the_legacy_checkpoint(tmp_path):
             assert out[split][key] == pytest.approx(then[split][key], rel=1e-9), (split, key)
 
 
+def test_evaluate_reads_a_saved_config_naming_torchdrug(tmp_path):
+    """A checkpoint whose saved config says ``eval.hits_negatives_rule: torchdrug`` (the name
+    NBFNet-PyG's C(49, i) rule had): ``evaluate`` loads it and scores Hits@10_50 under
+    ``nbfnet_pyg``, checked against the run's own per-query ranks by hand (exact fractions;
+    NBFNet-PyG ``script/run.py``: p = (rank - 1) / candidates, C(49, i))."""
+    from fractions import Fraction
+    from math import comb
+
+    import pyarrow.parquet as pq
+
+    state = load_checkpoint(LEGACY / "step_00000004-0a1b2c3d")
+    state["config"]["eval"]["hits_negatives_rule"] = "torchdrug"
+    run = tmp_path / "runs" / "old"
+    save_checkpoint(run / "checkpoints" / "step_00000004", state)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cmpnn_dist.evaluate", f"ckpt={run}", f"storage_root={tmp_path}",
+         "eval.max_queries=8"],
+        cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["test"]["hits_negatives_rule"] == "nbfnet_pyg"
+    ranks = pq.read_table(run / "ranks_test_all.parquet").to_pydict()
+    pairs = list(zip(ranks["rank"], ranks["candidates"], strict=True))
+    assert len(pairs) == out["test"]["num_queries"] == 16
+
+    def c49(rank: float, cands: int) -> Fraction:
+        p = Fraction(int(rank) - 1, cands)
+        return sum(comb(49, i) * p**i * (1 - p) ** (49 - i) for i in range(10))
+
+    want = sum(c49(r, c) for r, c in pairs) / len(pairs)
+    assert out["test"]["hits@10_50"] == pytest.approx(float(want), rel=1e-12)
+
+
 def test_store_through_a_file_uri(tmp_path):
     """A pyarrow URI run folder: staged in scratch, uploaded manifest last, fetched back."""
     run = f"file://{tmp_path}/remote/run"

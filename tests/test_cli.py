@@ -90,6 +90,20 @@ def test_evaluate_corrupt_checkpoint_is_one_error(trained, tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+def test_hits_rule_named_torchdrug_is_one_error_line(tmp_path):
+    """``torchdrug`` named NBFNet-PyG's C(49, i) rule: one ``error:`` line saying so and naming
+    the rules to use, exit status 2, nothing written."""
+    proc = run_module(
+        "cmpnn_dist.train", "eval.hits_negatives_rule=torchdrug", f"storage_root={tmp_path}"
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: eval.hits_negatives_rule=torchdrug")
+    assert "NBFNet-PyG's C(49, i)" in lines[0] and "nbfnet_pyg" in lines[0]
+    assert "=paper" in lines[0]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_preset_without_its_data_is_one_clear_error(tmp_path):
     proc = run_module("cmpnn_dist.train", "conf=biokg", f"storage_root={tmp_path}")
     assert proc.returncode == 2
@@ -120,7 +134,8 @@ def test_inductive_preset_reports_hits_at_10_of_50(shared_data, tmp_path):
     )
     out = last_json(proc)
     # the oracle: the per-query ranks the run wrote, turned into metrics by hand (exact
-    # fractions; TorchDrug's rule: 49 negatives beside the positive)
+    # fractions; the default rule, the paper's code's: HxyScotthuang/CMPNN cmpnn/task.py counts
+    # the target in its ranking and its mask, p = rank / (candidates + 1), C(50, i))
     import pyarrow.parquet as pq
 
     ranks = pq.read_table(Path(out["run_dir"]) / "ranks_test_all.parquet").to_pydict()
@@ -131,8 +146,8 @@ def test_inductive_preset_reports_hits_at_10_of_50(shared_data, tmp_path):
     assert len({c for _, c in pairs}) > 1  # filtering removes different answers per query
 
     def hits_10_of_50(rank: float, candidates: int) -> Fraction:
-        p = Fraction(int(rank) - 1, candidates)
-        return sum(comb(49, i) * p**i * (1 - p) ** (49 - i) for i in range(10))
+        p = Fraction(int(rank), candidates + 1)
+        return sum(comb(50, i) * p**i * (1 - p) ** (50 - i) for i in range(10))
 
     want = {
         "mr": sum(Fraction(int(r)) for r, _ in pairs) / 32,
@@ -143,4 +158,4 @@ def test_inductive_preset_reports_hits_at_10_of_50(shared_data, tmp_path):
     }
     for key, value in want.items():
         assert out["test"][key] == pytest.approx(float(value), rel=1e-9), key
-    assert out["test"]["hits_negatives_rule"] == "torchdrug"
+    assert out["test"]["hits_negatives_rule"] == "paper"

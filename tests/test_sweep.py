@@ -42,7 +42,8 @@ def _fixture_sweep(tmp_path: Path) -> Path:
             run = tmp_path / "runs" / "init" / f"model.init={init},train.seed={seed}"
             run.mkdir(parents=True)
             if h is not None:
-                result = {"valid": {"mrr": 0.5}, "test": {"hits@10_50": h, "mrr": h / 2}}
+                test = {"hits@10_50": h, "mrr": h / 2, "hits_negatives_rule": "paper"}
+                result = {"valid": {"mrr": 0.5}, "test": test}
                 (run / "results.json").write_text(json.dumps(result))
             sig = {"data.name": "wn18rr_ind_v1", "model.family": "cmpnn",
                    "model.aggregate": "sum", "model.message": 1, "model.history": "t",
@@ -70,6 +71,7 @@ def test_report_means_sample_std_and_the_paper_beside(tmp_path):
     assert "| model.init=0 | 2 | 0.310 +- 0.014 |" in text  # test_mrr column first
     assert "0.620 +- 0.028 | 0.615 | 0.948 |" in text and "0.930 +- 0.010 | 0.932 | 0.948 |" in text
     assert "NBFNet (published)" in text and "Zhu et al., NeurIPS 2021" in text
+    assert "test_hits@10_50: Hits@10 against 50 negatives, eval.hits_negatives_rule=paper (" in text
     assert [p.name for p in plots] == ["plot_model.init.png"]
     assert plots[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows_csv = write_results_csv(sweep).read_text().splitlines()
@@ -156,6 +158,7 @@ def test_sweep_on_a_ray_cluster_survives_a_kill_and_restart(tmp_path):
         assert report.returncode == 0, report.stderr[-2000:]
         assert "| model.aggregate=sum | 2 |" in report.stdout  # two seeds per point
         assert "| model.aggregate=pna | 2 |" in report.stdout
+        assert "eval.hits_negatives_rule=paper (" in report.stdout  # the cells' own label
         assert (storage / "sweeps" / "s" / "report.md").is_file()
     finally:
         subprocess.run(["ray", "stop", "--force"], env=env, capture_output=True)

@@ -10,24 +10,39 @@ candidates c != target with ``score[c] > score[target]`` / ``score[c] == score[t
 Filtered candidates (``filter_mask`` True: other true answers of the same query) are
 excluded; the target itself is never counted, whatever its ``filter_mask`` entry says.
 
-Hits@10 with 50 negatives (the inductive GraIL protocol) is computed from the filtered rank,
-in closed form: with p = (rank - 1) / num_candidates the probability that one negative drawn
-from the non-filtered candidates outscores the target, and n = ``eval.num_negatives_hits``
-(50), ``eval.hits_negatives_rule`` says what the n samples are:
+Hits@10 with 50 negatives (the inductive GraIL protocol) is computed from the filtered rank
+in closed form, as the probability that the target is in the top 10 of N = 50 samples
+(``eval.num_negatives_hits``) drawn with replacement.  With r the filtered rank and n the
+non-filtered candidates it was taken among (the target excluded; :func:`filtered_rank`),
+``eval.hits_negatives_rule`` says whose rule it is:
 
-    torchdrug    (default) n samples, one of them the positive, so n - 1 negatives; the
-                 target is in the top 10 when at most 9 of them outscore it:
-                     hits@10_50 = sum_{i=0}^{9} C(n - 1, i) p^i (1 - p)^(n - 1 - i)
-                 This is the code the paper's numbers come from: TorchDrug's
-                 KnowledgeGraphCompletion ``hits@10_50`` ("choose i false positive from
-                 num_sample - 1 negatives"), copied by NBFNet-PyG's ``script/run.py``.
-    n_negatives  n negatives beside the positive (what this project computed before):
-                     hits@10_50 = sum_{i=0}^{9} C(n, i) p^i (1 - p)^(n - i)
-                 always <= torchdrug's; the gap is p * C(n - 1, 9) p^9 (1 - p)^(n - 10),
-                 at most 0.028 for n = 50 (at p = 0.2: 0.444 against 0.472).
+    paper        (default) the paper's code: HxyScotthuang/CMPNN ``cmpnn/task.py``,
+                 ``InductiveKnowledgeGraphCompletion.evaluate``, the same as NBFNet's
+                 TorchDrug code (DeepGraphLearning/NBFNet ``nbfnet/task.py``).  Its ranking
+                 is ``sum((pos_pred <= pred) & mask) + 1`` with ``mask`` built from the
+                 split's fact graph, which does not hold the test triple, so the target is
+                 counted against itself (ranking = r + 1) and in ``mask.sum`` (= n + 1);
+                 fp_rate = (ranking - 1) / mask.sum:
+                     p = r / (n + 1)
+                     hits@10_50 = sum_{i=0}^{9} C(N, i) p^i (1 - p)^(N - i)
+                 i.e. N samples from all n + 1 candidates, the target among them (a sample
+                 of the target ties it and counts against it).
+    nbfnet_pyg   NBFNet-PyG's ``script/run.py``: its ranking leaves the target out and its
+                 ``num_negative`` counts the non-filtered negatives, and it draws N - 1
+                 negatives ("choose i false positive from num_sample - 1 negatives"):
+                     p = (r - 1) / n
+                     hits@10_50 = sum_{i=0}^{9} C(N - 1, i) p^i (1 - p)^(N - 1 - i)
+    n_negatives  N negatives beside the target, from the n non-filtered ones:
+                     p = (r - 1) / n
+                     hits@10_50 = sum_{i=0}^{9} C(N, i) p^i (1 - p)^(N - i)
+                 always <= nbfnet_pyg's; the gap is p * C(N - 1, 9) p^9 (1 - p)^(N - 10), at
+                 most 0.028 for N = 50 (at p = 0.2: 0.444 against 0.472).
 
-Both are the probability under sampling with replacement (``tests/test_metrics.py`` checks
-each against a Monte Carlo draw of the negatives).
+``paper`` is never above the other two (its p is the larger, r / (n + 1) >= (r - 1) / n as
+r <= n + 1, and it draws N samples); with n = 0 (every other candidate filtered) it is 0,
+as upstream (the target is the only sample and ties itself), the other two 1.
+``tests/test_metrics.py`` checks each rule against a transcription of its upstream formula
+and against a Monte Carlo draw of its sampling model.
 """
 
 from __future__ import annotations
@@ -91,25 +106,29 @@ def hits_at_k_with_negatives(
     num_candidates: Tensor,
     k: int = 10,
     num_negatives: int = 50,
-    rule: str = "torchdrug",
+    rule: str = "paper",
 ) -> Tensor:
     """Per-query probability that the target is in the top ``k`` of ``num_negatives`` samples.
 
     Args:
-        ranks: [B] filtered ranks (>= 1; float halves from average ties are fine).
-        num_candidates: int64 [B] non-filtered negatives each rank was taken among.
-        k: the Hits cut-off.  num_negatives: n, the number of samples.
-        rule: ``torchdrug`` (n samples, one the positive: m = n - 1 negatives) or
-            ``n_negatives`` (m = n negatives beside the positive); see the module docstring.
+        ranks: [B] filtered ranks r (>= 1; float halves from average ties are fine).
+        num_candidates: int64 [B] non-filtered negatives n each rank was taken among.
+        k: the Hits cut-off.  num_negatives: N, the number of samples.
+        rule: ``paper`` (p = r / (n + 1), m = N), ``nbfnet_pyg`` (p = (r - 1) / n,
+            m = N - 1) or ``n_negatives`` (p = (r - 1) / n, m = N); see the module docstring.
 
-    Returns: float64 [B], sum_{i<k} C(m, i) p^i (1 - p)^(m - i), p = (rank - 1) / num_candidates.
+    Returns: float64 [B], sum_{i<k} C(m, i) p^i (1 - p)^(m - i).
     """
     if rule not in HITS_NEGATIVES_RULES:
         raise ValueError(
             f"eval.hits_negatives_rule={rule!r}: choose one of {list(HITS_NEGATIVES_RULES)}"
         )
-    m = num_negatives - 1 if rule == "torchdrug" else num_negatives
-    p = (ranks.double() - 1) / num_candidates.double().clamp(min=1)
+    r, n = ranks.double(), num_candidates.double()
+    if rule == "paper":
+        m, p = num_negatives, r / (n + 1)
+    else:
+        m = num_negatives - 1 if rule == "nbfnet_pyg" else num_negatives
+        p = (r - 1) / n.clamp(min=1)
     p = p.clamp(0.0, 1.0)
     total = torch.zeros_like(p)
     for i in range(min(k, m + 1)):
@@ -121,7 +140,7 @@ def ranking_metrics(
     ranks: Tensor,
     num_candidates: Tensor,
     num_negatives_hits: int = 50,
-    hits_negatives_rule: str = "torchdrug",
+    hits_negatives_rule: str = "paper",
 ) -> dict[str, float]:
     """Mean metrics over queries.
 

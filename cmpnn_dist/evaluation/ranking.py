@@ -204,7 +204,7 @@ def rank_queries(
 
 
 def metrics_of(
-    table: RankTable, num_negatives_hits: int = 50, hits_negatives_rule: str = "torchdrug"
+    table: RankTable, num_negatives_hits: int = 50, hits_negatives_rule: str = "paper"
 ) -> dict[str, Any]:
     """Mean metrics of a :class:`RankTable` plus ``num_queries``, ``protocol``, ``ties`` and
     (not for ``ogb``) ``hits_negatives_rule``.
@@ -232,7 +232,7 @@ def evaluate(
     progress: bool = False,
     max_queries: int | None = None,
     num_negatives_hits: int = 50,
-    hits_negatives_rule: str = "torchdrug",
+    hits_negatives_rule: str = "paper",
     ranks_path: Any = None,
     **kwargs: Any,
 ) -> dict[str, Any]:

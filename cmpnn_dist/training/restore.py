@@ -22,7 +22,7 @@ from typing import Any
 
 from torch import nn
 
-from cmpnn_dist.config import Config, validate
+from cmpnn_dist.config import SAVED_CHOICE_NAMES, Config, validate
 from cmpnn_dist.errors import UsageError
 
 from .checkpoint import CheckpointError
@@ -88,6 +88,7 @@ def config_from_checkpoint(saved: dict[str, Any], overrides: list[str]) -> Confi
     if isinstance(prune, dict) and "priority" not in prune:
         # saved before model.prune.priority existed: those runs had the separate priority MLP
         saved["model"] = {**saved["model"], "prune": {**prune, "priority": "mlp"}}
+    saved = saved_choice_names(saved)
     from omegaconf import OmegaConf
 
     try:
@@ -102,6 +103,18 @@ def config_from_checkpoint(saved: dict[str, Any], overrides: list[str]) -> Confi
 
     validate(cfg)
     return cfg
+
+
+def saved_choice_names(saved: dict[str, Any]) -> dict[str, Any]:
+    """``saved`` (a run config read from a checkpoint) with each choice value that
+    :data:`~cmpnn_dist.config.SAVED_CHOICE_NAMES` renames replaced by today's name
+    (``eval.hits_negatives_rule: torchdrug`` is ``nbfnet_pyg``, the rule those runs computed)."""
+    for key, names in SAVED_CHOICE_NAMES.items():
+        section, _, leaf = key.partition(".")
+        values = saved.get(section)
+        if isinstance(values, dict) and isinstance(values.get(leaf), str) and values[leaf] in names:
+            saved = {**saved, section: {**values, leaf: names[values[leaf]]}}
+    return saved
 
 
 def model_from_state(

@@ -60,7 +60,7 @@ def evaluate_split(
                 batch_size=ev.batch_size,
                 max_queries=ev.max_queries,
                 num_negatives_hits=ev.num_negatives_hits,
-                hits_negatives_rule=_choice(ev, "hits_negatives_rule", "torchdrug"),
+                hits_negatives_rule=_choice(ev, "hits_negatives_rule", "paper"),
                 protocol=protocol,
                 ties=ties,
                 node_types=split.node_types,

@@ -75,7 +75,7 @@ class EvalProtocol:
         raise NotImplementedError
 
     def metrics(
-        self, table: RankTable, num_negatives_hits: int, hits_negatives_rule: str = "torchdrug"
+        self, table: RankTable, num_negatives_hits: int, hits_negatives_rule: str = "paper"
     ) -> dict[str, Any]:
         """The reported metrics of the gathered rankings (``hits_negatives_rule``: what the
         ``num_negatives_hits`` samples of ``hits@10_50`` are, see

@@ -44,7 +44,7 @@ class OGB(EvalProtocol):
         return torch.cat([counts.double(), torch.stack(lists, 1).double()], 1)
 
     def metrics(
-        self, table: RankTable, num_negatives_hits: int, hits_negatives_rule: str = "torchdrug"
+        self, table: RankTable, num_negatives_hits: int, hits_negatives_rule: str = "paper"
     ) -> dict[str, Any]:
         out: dict[str, Any] = {"mr": float(table.rank.double().mean())}
         for k, v in table.ogb_lists.items():
