@@ -40,9 +40,7 @@ def _scalars(folder: Path) -> tuple[Counter, dict[tuple[str, int], float]]:
     return counts, values
 
 
-def test_a_file_uri_root_resumed_after_sigkill_has_each_tag_and_step_once(
-    real_run_uri, tmp_path
-):
+def test_a_file_uri_root_resumed_after_sigkill_has_each_tag_and_step_once(real_run_uri, tmp_path):
     base = tmp_path / "store"
     root = f"file://{base}"
     proc = interrupt_tiny(tmp_path, root, signal.SIGKILL, at=15)
