@@ -36,18 +36,13 @@ def evaluate_checkpoint(path: str | Path, overrides: list[str], weights: str = "
     import tempfile
 
     from cmpnn_dist.storage import fs
-    from cmpnn_dist.training.checkpoint_store import CHECKPOINTS_DIR
     from cmpnn_dist.training.data import load_train_data
     from cmpnn_dist.training.restore import load_checkpoint_config, run_dir_of
 
-    ckpt, state, cfg = load_checkpoint_config(path, overrides)
+    ckpt, state, cfg = load_checkpoint_config(path, overrides)  # read-only, whole, in memory
     dataset = ensure_dataset(cfg)
     data = load_train_data(dataset)
-    loc = fs.normalize(path)
-    if fs.is_file(fs.join(loc, "manifest.json")):
-        run_loc = run_dir_of(loc)
-    else:
-        run_loc = loc.rsplit("/", 1)[0] if fs.name(loc) == CHECKPOINTS_DIR else loc
+    run_loc = run_dir_of(ckpt)  # the run folder of the checkpoint read
     # outputs are staged in a temporary folder (inside the run folder when it is local, so
     # the final renames stay on one filesystem) and published together at the end, the
     # eval_<protocol>.json last: a killed evaluation leaves no ranks without their summary
@@ -91,7 +86,7 @@ def _drop_stale_staging(run: Path) -> None:
 
 
 def _evaluate_into(
-    run_dir: Path, run_loc: str, ckpt: Path, state: dict, cfg: Config, data: Any, dataset: Path,
+    run_dir: Path, run_loc: str, ckpt: str, state: dict, cfg: Config, data: Any, dataset: Path,
     weights: str,
 ) -> dict[str, Any]:  # fmt: skip
     """Rank the splits (in this process or on Ray workers); per-query ranks into ``run_dir``."""
@@ -106,12 +101,13 @@ def _evaluate_into(
         model = model_from_state(cfg, state, weights, *sizes)
     except ValueError as exc:
         raise UsageError(f"{ckpt}: {exc}") from exc
-    out: dict[str, Any] = {"run_dir": run_loc, "checkpoint": str(ckpt)}
+    out: dict[str, Any] = {"run_dir": run_loc, "checkpoint": ckpt}
     if cfg.cluster.num_workers > 0:
         from cmpnn_dist.distributed.evaluation import run_distributed_evaluation
 
         del model, data
-        out.update(run_distributed_evaluation(cfg, ckpt, weights, dataset, run_dir))
+        # the workers get the state read here, not the path: a live run may prune it meanwhile
+        out.update(run_distributed_evaluation(cfg, state, weights, dataset, run_dir))
     else:
         device = torch.device(
             "cuda" if torch.cuda.is_available() and cfg.train.device != "cpu" else "cpu"

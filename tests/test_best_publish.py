@@ -3,9 +3,12 @@
 A forked child publishes a new, better checkpoint (:meth:`CheckpointStore.publish`: verify,
 commit, update ``best``, prune) with an audit hook that kills it (``os._exit``) at the k-th
 file operation (every ``open``, rename, link, mkdir, remove, rmtree), for k = 1, 2, ... until
-one run completes.  After each kill, :meth:`CheckpointStore.repair_best` (run at every resume
-and by ``evaluate ckpt=.../best``) must leave a ``best`` whose manifest and sha256 sums check
-out and that is the old best or the new one -- never none, never a mix.
+one run completes.  After each kill a reader (what ``evaluate`` / ``predict`` on ``.../best``
+run: :func:`~cmpnn_dist.training.checkpoint_reader.read_checkpoint`) gets the old best, the
+new one or -- ``best`` half-published -- the newest complete checkpoint with one line saying
+so, and changes nothing in the run folder; then :meth:`CheckpointStore.repair_best` (run at
+every resume, by the run lock's holder) must leave a ``best`` whose manifest and sha256 sums
+check out and that is the old best or the new one -- never none, never a mix.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 import torch
 
 from cmpnn_dist.training.checkpoint import read_manifest, save_checkpoint
+from cmpnn_dist.training.checkpoint_reader import read_checkpoint
 from cmpnn_dist.training.checkpoint_store import CheckpointStore
 
 EVENTS = {
@@ -54,6 +58,15 @@ def _checkpoint(root: Path, step: int, score: float) -> Path:
     return save_checkpoint(root / f"step_{step:08d}", state, {"score": score})
 
 
+def snapshot(folder: Path) -> list[tuple[str, int, int, int]]:
+    """Every file and folder under ``folder``: (relative path, inode, size, mtime in ns)."""
+    out = []
+    for p in sorted(folder.rglob("*")):
+        st = p.lstat()
+        out.append((p.relative_to(folder).as_posix(), st.st_ino, st.st_size, st.st_mtime_ns))
+    return out
+
+
 def _make_run(base: Path) -> tuple[Path, Path]:
     """A run folder whose best is step 1 (score 0.1) and a new step-2 checkpoint (0.5)."""
     run = base / "run"
@@ -66,13 +79,21 @@ def _make_run(base: Path) -> tuple[Path, Path]:
 
 def test_best_stays_valid_whatever_file_operation_the_kill_hits(tmp_path):
     pristine, _ = _make_run(tmp_path / "pristine")
-    kills, scores = 0, set()
+    kills, scores, fallbacks = 0, set(), 0
     for k in range(1, 400):
         work = tmp_path / f"k{k}"
         shutil.copytree(pristine.parent, work)
         run, new = work / "run", work / "run" / "checkpoints" / "step_00000002"
         status = _publish_killed_at(run, new, k)
         assert status in (0, 9)
+        before, lines = snapshot(run), []
+        loaded = read_checkpoint(run / "checkpoints" / "best", say=lines.append)
+        assert snapshot(run) == before, f"the reader changed the run folder (kill at {k})"
+        assert loaded.state["step"] in (1, 2) and len(lines) <= 1
+        if lines:  # best half-published: the newest complete checkpoint, said in one line
+            assert not (run / "checkpoints" / "best").exists()
+            assert loaded.location == str(new) and lines[0].endswith(f"using {new} instead")
+            fallbacks += 1
         store = CheckpointStore(run)
         assert store.repair_best() is not None, f"no best after a kill at operation {k}"
         manifest = read_manifest(run / "checkpoints" / "best", verify_checksums=True)
@@ -88,3 +109,4 @@ def test_best_stays_valid_whatever_file_operation_the_kill_hits(tmp_path):
     else:
         raise AssertionError("publish never completed")
     assert kills >= 5 and scores == {0.1, 0.5}  # both sides of the swap were hit
+    assert fallbacks >= 1  # a kill left best half-published, and the reader coped

@@ -1,12 +1,13 @@
 """``run_distributed_evaluation``: rank a checkpoint's valid / test splits on Ray workers.
 
-Each of ``cluster.num_workers`` Ray Train workers (gloo on CPU, nccl on GPU) loads the
-checkpoint and the dataset, scores every ``world_size``-th batch of (node, relation) groups
-and all-gathers the ranks (:func:`cmpnn_dist.evaluation.rank_split`), so every worker holds
-the same full result, equal rank for rank to a one-process run.  Rank 0 writes the per-query
-Parquet tables into the staging folder ``evaluate`` gives it (published all together after
-success) and a JSON summary the driver reads back.  A lost worker is retried like training
-(``cluster.max_failures``): the worker group ranks again from the start.
+Each of ``cluster.num_workers`` Ray Train workers (gloo on CPU, nccl on GPU) takes the
+checkpoint's state the driver read (through Ray's object store: the checkpoint folder of a
+live run may be pruned meanwhile), loads the dataset, scores every ``world_size``-th batch of
+(node, relation) groups and all-gathers the ranks (:func:`cmpnn_dist.evaluation.rank_split`),
+so every worker holds the same full result, equal rank for rank to a one-process run.  Rank 0
+writes the per-query Parquet tables into the staging folder ``evaluate`` gives it (published
+all together after success) and a JSON summary the driver reads back.  A lost worker is
+retried like training (``cluster.max_failures``): the worker group ranks again from the start.
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ class EvalContext:
 
 def eval_worker(config: dict[str, Any]) -> None:
     """Ray Train's ``train_loop_per_worker`` for evaluation."""
-    from cmpnn_dist.training.checkpoint import load_checkpoint
     from cmpnn_dist.training.data import load_train_data
     from cmpnn_dist.training.restore import model_from_state
     from cmpnn_dist.training.validation import evaluate_splits
@@ -59,7 +59,7 @@ def eval_worker(config: dict[str, Any]) -> None:
         device = torch.device("cpu")
         torch.set_num_threads(max(1, int(cfg.cluster.cpus_per_worker)))
     ctx = EvalContext(device)
-    state = load_checkpoint(Path(config["checkpoint"]))
+    state = ray.get(config["state"])  # read once by the driver (a live run may prune it)
     data = load_train_data(config["dataset"])
     model = model_from_state(
         cfg, state, config["weights"], data.num_relations, data.num_nodes, data.inductive
@@ -76,9 +76,10 @@ def eval_worker(config: dict[str, Any]) -> None:
 
 
 def run_distributed_evaluation(
-    cfg: Any, checkpoint: Path, weights: str, dataset: Path, run_dir: Path
+    cfg: Any, state: dict[str, Any], weights: str, dataset: Path, run_dir: Path
 ) -> dict[str, Any]:
-    """Evaluate ``checkpoint`` on ``cluster.num_workers`` Ray workers; returns
+    """Evaluate a checkpoint's ``state`` (read by the caller, handed to the workers through
+    Ray's object store) on ``cluster.num_workers`` Ray workers; returns
     ``{"valid": metrics, "test": metrics, "world_size": n}`` (local paths only)."""
     import ray
     from ray.train import FailureConfig, RunConfig, ScalingConfig
@@ -103,7 +104,7 @@ def run_distributed_evaluation(
             eval_worker,
             train_loop_config={
                 "cfg": cfg,
-                "checkpoint": str(Path(checkpoint).resolve()),
+                "state": ray.put(state),
                 "weights": weights,
                 "dataset": str(Path(dataset).resolve()),
                 "run_dir": str(Path(run_dir).resolve()),

@@ -33,7 +33,7 @@ import shutil
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
@@ -155,15 +155,8 @@ def read_manifest(dir: Path, verify_checksums: bool = True) -> dict[str, Any]:
     mpath = dir / MANIFEST
     if not mpath.is_file():
         raise CheckpointError(f"{mpath}: manifest missing (checkpoint incomplete)")
-    try:
-        manifest = json.loads(mpath.read_text())
-        files = manifest["files"]
-        version = manifest["format_version"]
-    except (ValueError, KeyError, TypeError) as e:
-        raise CheckpointError(f"{mpath}: unreadable manifest ({e})") from None
-    if version != FORMAT_VERSION:
-        raise CheckpointError(f"{mpath}: format_version {version}, expected {FORMAT_VERSION}")
-    for name, info in files.items():
+    manifest = parse_manifest(mpath.read_bytes(), mpath)
+    for name, info in manifest["files"].items():
         fpath = dir / name
         if not fpath.is_file():
             raise CheckpointError(f"{fpath}: listed in the manifest but missing")
@@ -177,14 +170,36 @@ def read_manifest(dir: Path, verify_checksums: bool = True) -> dict[str, Any]:
     return manifest
 
 
+def parse_manifest(text: str | bytes, mpath: Path) -> dict[str, Any]:
+    """The manifest whose content is ``text`` (read from ``mpath``, named in errors): its
+    ``files`` and ``format_version`` checked; raises CheckpointError."""
+    try:
+        manifest = json.loads(text)
+        files = manifest["files"]
+        version = manifest["format_version"]
+        if not isinstance(files, dict):
+            raise TypeError("files is not a mapping")
+    except (ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{mpath}: unreadable manifest ({e})") from None
+    if version != FORMAT_VERSION:
+        raise CheckpointError(f"{mpath}: format_version {version}, expected {FORMAT_VERSION}")
+    return manifest
+
+
 def load_checkpoint(dir: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Verify ``dir`` (manifest, sizes, sha256) and return the saved state dict."""
     dir = Path(dir)
     read_manifest(dir, verify_checksums=True)
     path = dir / STATE_FILE
+    with open(path, "rb") as f:
+        return load_state(f, path, map_location)
+
+
+def load_state(f: BinaryIO, path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """``torch.load`` of an open ``state.pt`` (``path`` names it in errors) with safe loading
+    (``weights_only=True``); any failure is one CheckpointError line."""
     try:
-        with open(path, "rb") as f:
-            return torch.load(f, map_location=map_location, weights_only=True)
+        return torch.load(f, map_location=map_location, weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unpickling failure is a corrupt file
         import pickle
 

@@ -23,7 +23,16 @@ Ray workers' ``RayTrainContext``) and ``python -m cmpnn_dist.evaluate`` go throu
 * **best**: :meth:`update_best` replaces ``checkpoints/best`` when a checkpoint's
   ``manifest.meta.score`` beats the score in ``best/manifest.json`` (earliest wins ties); on a
   local filesystem the copy is made of hard links (no extra space; checkpoint files are never
-  rewritten in place) and swapped in with a rename.
+  rewritten in place) and swapped in with a rename;
+* **one writer**: only the process that holds the run lock
+  (:class:`~cmpnn_dist.training.run_folder.RunLock`) publishes, prunes, repairs ``best`` and
+  drops interrupted writes (:meth:`publish`, :meth:`resume_point`).  Readers (``evaluate``,
+  ``predict``) go through :mod:`~cmpnn_dist.training.checkpoint_reader`, which changes nothing
+  here and copes with this process pruning and replacing ``best`` beside it.
+
+Fault drill: ``CMPNN_FAULT_BEST_DELAY_S=<seconds>`` makes :meth:`update_best` sleep that long
+twice while it replaces ``best`` -- once with the new copy staged, once with the old ``best``
+moved aside and the new one not yet in place -- so tests can run readers inside both windows.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 import uuid
 import warnings
 from dataclasses import dataclass
@@ -54,6 +64,7 @@ logger = logging.getLogger(__name__)
 CHECKPOINTS_DIR = "checkpoints"
 BEST_DIR = "best"
 ENV_SCRATCH = "CMPNN_SCRATCH_DIR"
+ENV_BEST_DELAY = "CMPNN_FAULT_BEST_DELAY_S"
 _SCRATCH = re.compile(r"^cmpnn-[a-z0-9]+-pid(\d+)-")
 
 
@@ -264,8 +275,8 @@ class CheckpointStore:
         Atomic: the new copy is staged complete as ``.tmp-best-<token>`` (hard links locally;
         uploaded manifest last on a URI), then ``best`` is renamed to ``.old-best-<token>``,
         the staged copy renamed to ``best`` and the old one deleted.  A kill at any point leaves
-        ``best`` valid or restorable: :meth:`repair_best` (run at every resume and by readers)
-        moves the newest complete staged copy into place."""
+        ``best`` valid or restorable: :meth:`repair_best` (run at every resume, by the run
+        lock's holder only) moves the newest complete staged copy into place."""
         meta = manifest.get("meta") or {}
         score = meta.get("score")
         if not meta.get("best_is_last"):
@@ -281,8 +292,10 @@ class CheckpointStore:
             _upload(Path(local), tmp)
         else:
             shutil.copytree(local, tmp, copy_function=_link_or_copy)
+        _drill_pause()
         if fs.exists(self.best_uri):
             fs.move(self.best_uri, old)
+            _drill_pause()
         fs.move(tmp, self.best_uri)
         fs.delete_dir(old)
         return True
@@ -310,7 +323,8 @@ class CheckpointStore:
     def repair_best(self) -> str | None:
         """After a kill during :meth:`update_best`: when ``best`` is missing or torn, move the
         newest complete staged copy into place; staged leftovers are deleted.  Returns the
-        ``best`` location when there is a valid one, else None."""
+        ``best`` location when there is a valid one, else None.  Only for the process holding
+        the run lock: staged copies may be another live process's work in progress."""
         staged = self._staged_best()
         best_ok = fs.is_file(join(self.best_uri, MANIFEST)) and (
             not staged or self._verified(self.best_uri)
@@ -363,6 +377,13 @@ class CheckpointStore:
         """A fresh start in an existing run folder: drop ``best`` and interrupted writes."""
         _delete_dir(self.best_uri)
         self.discard_partial()
+
+
+def _drill_pause() -> None:
+    """Sleep ``$CMPNN_FAULT_BEST_DELAY_S`` seconds (the fault drill of :meth:`update_best`)."""
+    delay = os.environ.get(ENV_BEST_DELAY)
+    if delay:
+        time.sleep(float(delay))
 
 
 def _link_or_copy(src: str, dst: str) -> None:

@@ -226,6 +226,26 @@ class LocalContext:
             if self._writer is not None:
                 self._writer.flush()
             fs.upload_tree(self.run_dir, self.run_uri, skip=("checkpoints",))
+            self._drop_stale_events()
+
+    def _drop_stale_events(self) -> None:
+        """Delete the URI run folder's TensorBoard files that the local mirror does not hold:
+        the event files of earlier attempts.  The mirror is the whole truth -- on resume it
+        rewrote every row up to the checkpoint (:meth:`on_resume`) -- so after the upload each
+        (tag, step) is in one file, as in a local run folder, whose old files
+        :meth:`_reset_tensorboard` deletes directly."""
+        import pyarrow.fs as pafs
+
+        if not self._tensorboard:
+            return
+        fsys, base = fs.filesystem(fs.join(self.run_uri, "tensorboard"))
+        if fsys.get_file_info(base).type != pafs.FileType.Directory:
+            return
+        mine = self.tb_dir.rglob("*") if self.tb_dir.is_dir() else ()
+        keep = {p.relative_to(self.tb_dir).as_posix() for p in mine if p.is_file()}
+        for info in fsys.get_file_info(pafs.FileSelector(base, recursive=True)):
+            if info.type == pafs.FileType.File and info.path[len(base) + 1 :] not in keep:
+                fsys.delete_file(info.path)
 
     # ------------------------------------------------------------------ metrics
     def on_resume(self, history: list[dict[str, Any]], step: int) -> None:
@@ -239,6 +259,7 @@ class LocalContext:
         self._reset_tensorboard()
         for row in self._rows:
             self._log_tensorboard(row)
+        self.sync()  # a URI run folder: the rewritten logs replace the earlier attempts' now
 
     def report(self, metrics: dict[str, Any], checkpoint_dir: Path | None) -> None:
         row = dict(metrics)

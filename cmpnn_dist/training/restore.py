@@ -3,15 +3,16 @@
 ``python -m cmpnn_dist.evaluate``, :mod:`cmpnn_dist.predict`, the Ray evaluation workers and
 the trainer's resume all go through here:
 
-* :func:`load_checkpoint_config` -- the three steps below that evaluate and predict take, in one
-  call: checkpoint folder, its state, the run's config with overrides;
-* :func:`resolve_checkpoint` -- a checkpoint folder, or the newest valid one of a run folder;
+* :func:`load_checkpoint_config` -- what evaluate and predict take, in one call: the checkpoint
+  read whole (a checkpoint folder, or the newest complete one of a run folder; read-only, safe
+  beside a live run: :mod:`~cmpnn_dist.training.checkpoint_reader`), its state, the run's
+  config with overrides;
 * :func:`config_from_checkpoint` -- the run's saved config with overrides on top, validated;
 * :func:`model_from_state` -- the configured model with the checkpoint's best / last weights;
 * :func:`check_resumable` -- a checkpoint written by the same model on the same data (resume).
 
 Errors a person must fix are :class:`~cmpnn_dist.errors.UsageError` (``config_from_checkpoint``,
-``resolve_checkpoint``), ``ValueError`` (``model_from_state``: the caller names the checkpoint)
+``load_checkpoint_config``), ``ValueError`` (``model_from_state``: the caller names the checkpoint)
 or :class:`~cmpnn_dist.training.checkpoint.CheckpointError` (``check_resumable``).
 """
 
@@ -26,49 +27,24 @@ from cmpnn_dist.config import SAVED_CHOICE_NAMES, Config, validate
 from cmpnn_dist.errors import UsageError
 
 from .checkpoint import CheckpointError
-from .checkpoint_store import CHECKPOINTS_DIR, CheckpointStore
-
-
-def resolve_checkpoint(path: str | Path) -> Path:
-    """A checkpoint folder, or the newest valid one of a run folder (or its ``checkpoints``);
-    a local path or a URI (a URI's checkpoint is fetched into a local scratch folder).
-    ``<run>/checkpoints/best`` left half-updated by a kill is repaired first."""
-    from cmpnn_dist.storage import fs
-
-    from .checkpoint_store import BEST_DIR
-
-    loc = fs.normalize(path)
-    if not fs.exists(loc):
-        raise UsageError(f"checkpoint path {path} does not exist")
-    parent = loc.rsplit("/", 1)[0]
-    if fs.name(loc) == BEST_DIR and fs.name(parent) == CHECKPOINTS_DIR:
-        CheckpointStore(parent.rsplit("/", 1)[0]).repair_best()
-    if fs.is_file(fs.join(loc, "manifest.json")):
-        local = fs.local_path(loc)
-        if local is not None:
-            return local
-        return CheckpointStore(parent, scratch_tag="eval").local(loc)
-    run = parent if fs.name(loc) == CHECKPOINTS_DIR else loc
-    found = CheckpointStore(run, scratch_tag="eval").find_latest() if fs.is_dir(loc) else None
-    if found is None:
-        raise UsageError(
-            f"no valid checkpoint at {path} (expected a checkpoint, run or checkpoints folder)"
-        )
-    return found.path
+from .checkpoint_store import CHECKPOINTS_DIR
 
 
 def load_checkpoint_config(
     path: str | Path, overrides: list[str]
-) -> tuple[Path, dict[str, Any], Config]:
-    """``(checkpoint folder, its loaded state, the run's config with overrides)`` for a
-    checkpoint or run folder (:func:`resolve_checkpoint`, then
-    :func:`~cmpnn_dist.training.checkpoint.load_checkpoint`, then
-    :func:`config_from_checkpoint`)."""
-    from .checkpoint import load_checkpoint
+) -> tuple[str, dict[str, Any], Config]:
+    """``(where the checkpoint was read, its state, the run's config with overrides)`` for a
+    checkpoint folder, a run folder or its ``checkpoints`` folder (the newest complete
+    checkpoint), local or a URI.  Read-only and safe beside the run writing that folder:
+    :func:`~cmpnn_dist.training.checkpoint_reader.read_checkpoint`."""
+    from .checkpoint_reader import read_checkpoint
 
-    ckpt = resolve_checkpoint(path)
-    state = load_checkpoint(ckpt)
-    return ckpt, state, config_from_checkpoint(state.get("config", {}), overrides)
+    loaded = read_checkpoint(path)
+    return (
+        loaded.location,
+        loaded.state,
+        config_from_checkpoint(loaded.state.get("config", {}), overrides),
+    )
 
 
 def run_dir_of(ckpt: str | Path) -> str:
