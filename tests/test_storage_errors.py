@@ -84,19 +84,23 @@ def test_altered_shard_detected_by_checksum(dataset):
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0x01  # same size: only the sha256 notices for sure
     shard.write_bytes(bytes(data))
-    open_dataset(dataset)  # cheap checks: sizes still match
-    with pytest.raises(StorageError, match=r"csr_00000\.arrow.*sha256"):
-        open_dataset(dataset, verify=True)
+    open_dataset(dataset, verify="none")  # sizes and the manifest still check out
+    for verify in ("stamp", "full"):
+        with pytest.raises(StorageError, match=r"csr_00000\.arrow: sha256 .* rebuild the dataset"):
+            open_dataset(dataset, verify=verify)
     out = _cli_verify(dataset)
     assert out.returncode == 2 and "csr_00000.arrow" in out.stderr and "sha256" in out.stderr
 
 
 def _replace_shard(dataset, indptr, src, rel):
-    """Swap shard 0 for a well-formed Arrow file with the given content; fix its size only."""
+    """Swap shard 0 for a well-formed Arrow file with the given content and record its size
+    and sha256 in the manifest (a dataset whose manifest vouches for a bad file, as a faulty
+    writer would leave it: only the structural checks can refuse it)."""
     shard = dataset / "graphs/train/csr_00000.arrow"
     _write_table(shard, _csr_table(np.asarray(indptr), np.asarray(src), np.asarray(rel)))
     m = json.loads((dataset / MANIFEST).read_text())
     m["files"]["graphs/train/csr_00000.arrow"]["bytes"] = shard.stat().st_size
+    m["files"]["graphs/train/csr_00000.arrow"]["sha256"] = sha256_file(shard)
     (dataset / MANIFEST).write_text(json.dumps(m))
     return m["graphs"]["train"]["shards"][0]
 
@@ -130,8 +134,11 @@ def test_structural_checks_on_open(dataset):
 def test_garbage_file_same_size(dataset):
     shard = dataset / "graphs/train/csr_00001.arrow"
     shard.write_bytes(b"\0" * shard.stat().st_size)
+    with pytest.raises(StorageError, match=r"csr_00001\.arrow: sha256"):
+        open_dataset(dataset)
+    # without the content check, mapping it is refused too
     with pytest.raises(StorageError, match=r"csr_00001\.arrow.*unreadable Arrow IPC"):
-        open_dataset(dataset).graph_data().shards()
+        open_dataset(dataset, verify="none").graph_data().shards()
 
 
 KILL_SCRIPT = textwrap.dedent("""

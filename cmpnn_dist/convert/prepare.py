@@ -54,9 +54,10 @@ def ensure_dataset(cfg: Config, progress: bool = True) -> Path:
 
     A cached dataset is used when its recorded source (raw files: size, mtime, sha256; the
     ``data.*`` keys that shape it; the converter version) still matches; otherwise it is
-    rebuilt atomically, with one line saying why.  A source that cannot be read is a
-    UsageError unless ``data.allow_missing_source=true``; ``data.rebuild=true`` forces a
-    rebuild.  See :mod:`cmpnn_dist.convert.source`.
+    rebuilt atomically, with one line saying why.  A cached dataset's files are checked
+    against their sha256 before it is returned (:func:`_checked`).  A source that cannot be
+    read is a UsageError unless ``data.allow_missing_source=true``; ``data.rebuild=true``
+    forces a rebuild.  See :mod:`cmpnn_dist.convert.source`.
     """
     d = cfg.data
     if d.source not in SOURCES:  # before anything is printed or built
@@ -79,12 +80,12 @@ def ensure_dataset(cfg: Config, progress: bool = True) -> Path:
     if todo.note:
         print(todo.note, file=sys.stderr)
     if todo.action == "use":
-        return path
+        return _checked(path)
     if todo.action == "error":
         if not d.allow_missing_source:
             raise UsageError(todo.reason)
         print(f"warning: {todo.reason.split('; ')[0]}; using the cached copy", file=sys.stderr)
-        return path
+        return _checked(path)
     spec = todo.spec
     if spec.raw_path is not None and not Path(spec.raw_path).exists():
         hint = _MISSING_DATA_HINTS.get(spec.source, "set data.raw_path=... or data_root=...")
@@ -100,6 +101,16 @@ def ensure_dataset(cfg: Config, progress: bool = True) -> Path:
         build(spec, path, todo.name or d.name)
     except (StorageError, FileNotFoundError) as exc:
         raise UsageError(str(exc)) from exc
+    return path
+
+
+def _checked(path: Path) -> Path:
+    """``path`` once every file's content matches the manifest's sha256 (once per file
+    content: :mod:`cmpnn_dist.storage.integrity`); a changed file is a StorageError naming it
+    and the command that rebuilds the dataset, before any run is announced."""
+    from cmpnn_dist.storage.reader import open_dataset
+
+    open_dataset(path)
     return path
 
 

@@ -3,8 +3,10 @@
 Each file is opened with ``pyarrow.memory_map`` and read with the IPC file reader; the
 column buffers then point into the mapping and ``torch.frombuffer`` wraps them without a
 copy.  The mappings are read-only: tensors handed out here must not be written in place
-(copy them first, e.g. ``t.clone()``).  Cheap structural checks run on every open; the
-sha256 checks run with ``verify=True`` (or ``python -m cmpnn_dist.storage verify PATH``).
+(copy them first, e.g. ``t.clone()``).  Every open checks sizes, then the sha256 of each file
+it will map before anything reads it (once per file content: a verification stamp remembers
+clean files, :mod:`cmpnn_dist.storage.integrity`), then the cheap structural checks as each
+file is mapped.  ``python -m cmpnn_dist.storage verify PATH`` hashes every file regardless.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from torch import Tensor
 from cmpnn_dist.graph import Graph
 from cmpnn_dist.storage import format as fmt
 from cmpnn_dist.storage.errors import StorageError
+from cmpnn_dist.storage.integrity import check_content
 
 
 def _tensor(buf: pa.Buffer | None, length: int, path: Path, what: str) -> Tensor:
@@ -314,8 +317,19 @@ def _check_files(path: Path, manifest: dict[str, Any]) -> None:
             )
 
 
+def used_files(manifest: dict[str, Any], shards: list[int] | None) -> list[str]:
+    """The manifest's files an open with ``shards`` maps: every file but the CSR shards
+    outside the selection."""
+    skipped: set[str] = set()
+    if shards is not None:
+        keep = set(shards)
+        for g in manifest["graphs"].values():
+            skipped.update(s["file"] for k, s in enumerate(g["shards"]) if k not in keep)
+    return [name for name in manifest["files"] if name not in skipped]
+
+
 def open_dataset(
-    path: str | Path, shards: Iterable[int] | range | None = None, verify: bool = False
+    path: str | Path, shards: Iterable[int] | range | None = None, verify: bool | str = "stamp"
 ) -> Dataset:
     """Open a dataset folder.
 
@@ -323,11 +337,15 @@ def open_dataset(
         path: the dataset folder (holding ``manifest.json``).
         shards: which CSR shards each graph maps (None: all); a range of shard indices serves
             graph-parallel workers (``GraphData.graph()`` then refuses).
-        verify: also check every file's sha256 against the manifest (reads every byte).
+        verify: the sha256 check of every file this open maps, before any is read:
+            ``"stamp"`` (default) hashes the files whose content no verification stamp vouches
+            for (:mod:`cmpnn_dist.storage.integrity`); ``"full"`` (or True) hashes every byte;
+            ``"none"`` (or False) checks sizes and structure only.
     """
+    mode = "full" if verify is True else "none" if verify is False else str(verify)
     root = Path(path).expanduser().resolve()
     manifest = fmt.read_manifest(root)
     _check_files(root, manifest)
-    if verify:
-        fmt.check_checksums(root, manifest)
-    return Dataset(root, manifest, None if shards is None else [int(k) for k in shards])
+    selected = None if shards is None else [int(k) for k in shards]
+    check_content(root, manifest, used_files(manifest, selected), mode)
+    return Dataset(root, manifest, selected)

@@ -20,7 +20,7 @@ def verify_dataset(path: str | Path) -> dict[str, Any]:
     """
     from cmpnn_dist.storage.reader import open_dataset
 
-    ds = open_dataset(path, verify=True)
+    ds = open_dataset(path, verify="full")
     summary: dict[str, Any] = {
         "name": ds.name,
         "path": str(ds.path),
