@@ -32,6 +32,7 @@ import re
 import shutil
 import tempfile
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -183,7 +184,10 @@ def load_checkpoint(dir: Path, map_location: str | torch.device = "cpu") -> dict
     read_manifest(dir, verify_checksums=True)
     path = dir / STATE_FILE
     try:
-        with open(path, "rb") as f:
+        with open(path, "rb") as f, warnings.catch_warnings():
+            # torch warns about a pickle protocol other than its own before refusing or
+            # loading the file; the outcome is reported below (or the load succeeds)
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", module="torch")
             return torch.load(f, map_location=map_location, weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unpickling failure is a corrupt file
         import pickle
