@@ -186,12 +186,17 @@ def _first_lines(text: str, n: int = 12) -> str:
     return "\n".join(tail)
 
 
-def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
+def run_distributed(
+    cfg: Any, dataset_path: str | Path, claim: rf.Claim | None = None
+) -> dict[str, Any]:
     """Train ``cfg`` on ``cluster.num_workers`` Ray Train workers; returns the CLI summary.
 
     Args:
         cfg: the resolved :class:`~cmpnn_dist.config.Config`.
         dataset_path: the Arrow dataset folder: a local / shared path or a pyarrow URI.
+        claim: the run folder, already locked by the caller
+            (:func:`~cmpnn_dist.training.run_folder.claim_run`; the CLI locks it before its
+            first lines); None locks it here.  Released when the run ends.
 
     Returns:
         ``{"run_dir", "valid", "test", "resumed_from_step", "resumed_from", "step",
@@ -212,11 +217,9 @@ def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
     rf.check_storage_root(cfg.storage_root)
     runs = remote.runs_root(cfg.storage_root)
     run_uri = remote.join(runs, cfg.run_name)
-    existed = rf.exists(run_uri) and rf.is_nonempty_dir(run_uri)
     backend = backend_for(cfg)
-    lock = rf.lock_run(run_uri, cfg.resume)  # the driver owns the run folder while it runs
-    if not cfg.resume:
-        existed = False
+    if claim is None:  # the driver owns the run folder while it runs
+        claim = rf.claim_run(run_uri, cfg.resume)
     result_uri = remote.join(run_uri, RESULT_FILE)
     if remote.exists(result_uri):
         fs, path = remote.filesystem(result_uri)
@@ -296,8 +299,8 @@ def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
         failed = False
         return summary
     finally:
-        lock.release()
-        if failed:
-            rf.remove_failed_start(run_uri, existed)
+        if failed:  # a start that left no checkpoint leaves no folder
+            claim.abandon()
+        claim.release()
         if started:
             ray.shutdown()
