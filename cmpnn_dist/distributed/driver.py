@@ -33,13 +33,15 @@ Ctrl-C stops at once; workers that do not stop within ``cluster.collective_timeo
 stopped (:class:`~cmpnn_dist.distributed.stop.WorkersDidNotStop`).
 
 Errors that cannot succeed (see ``worker.py``) end the run after one attempt with
-:class:`FatalTrainingError`; a start that fails and leaves no checkpoint removes the run
-folder it created.
+:class:`FatalTrainingError`; a start that fails and leaves no checkpoint (nor crash log)
+removes the run folder it created.
 
 Failures that must not hang: a rank stalled in a collective makes the others fail after
 ``cluster.collective_timeout_s`` (gloo / nccl process-group timeout, also used for Ray Train's
 own report barrier via ``RAY_TRAIN_COLLECTIVE_TIMEOUT_S``); when every one of the
-``max_failures + 1`` attempts fails, :class:`DistributedTrainingError` says so.
+``max_failures + 1`` attempts fails, :class:`DistributedTrainingError` says so in one line
+naming the rank, the step and the cause, with every rank's traceback in ``<run>/train.log``
+(see ``crash_report.py``).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ from cmpnn_dist.training import run_folder as rf
 from cmpnn_dist.training.checkpoint_store import ENV_SCRATCH, CheckpointStore
 from cmpnn_dist.training.interrupt import TrainingInterrupted
 
-from . import faults, remote
+from . import crash_report, faults, remote
 from .stop import WorkersDidNotStop, fit_until_stopped
 from .timing import ENV_TIMING
 from .worker import RESULT_FILE, Outcome, train_worker
@@ -206,7 +208,7 @@ def run_distributed(
         DistributedTrainingError: bad cluster settings, or every attempt failed.
     """
     import ray
-    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
     check_settings(cfg)
@@ -234,7 +236,7 @@ def run_distributed(
     resources = {"CPU": float(cl.cpus_per_worker)}
     if cl.use_gpu:
         resources["GPU"] = float(cl.gpus_per_worker)
-    started, failed = False, True
+    started, failed, kept_log = False, True, False
     try:
         started = _init_ray(cfg)
         # on the driver's node, like Ray Train's controller: it outlives the loss of a worker node
@@ -261,6 +263,8 @@ def run_distributed(
                 storage_path=runs,
                 failure_config=FailureConfig(max_failures=cl.max_failures),
                 worker_runtime_env={"env_vars": _worker_env()},
+                # tracebacks go to the run's log; the console gets one line (crash_report)
+                logging_config=LoggingConfig(log_level=crash_report.RAY_TRAIN_LOG_LEVEL),
             ),
         )
         try:
@@ -275,13 +279,16 @@ def run_distributed(
                 stuck.step, stuck.checkpoint = newest[0]
             raise
         except ray.train.TrainingFailedError as e:
+            records = ray.get(outcome.crashes.remote())
+            log = crash_report.write_log(run_uri, records, e)
+            kept_log = True
             attempts = "every" if cl.max_failures < 0 else str(cl.max_failures + 1)
             raise DistributedTrainingError(
                 f"distributed training of run {cfg.run_name!r} failed on {attempts} attempt(s) "
-                f"(cluster.max_failures={cl.max_failures}); checkpoints stay in {run_uri} and "
-                f"submitting again with run_name={cfg.run_name} resumes from the last valid one."
-                f"\nlast error:\n{_first_lines(str(e))}"
-            ) from e
+                f"(cluster.max_failures={cl.max_failures}): {crash_report.summary(records, e)}; "
+                f"traceback in {log}; submitting again with run_name={cfg.run_name} resumes "
+                "from the last valid checkpoint"
+            ) from None
         error = ray.get(outcome.get.remote())
         if error is not None:
             raise FatalTrainingError(f"{error} (run {cfg.run_name!r}, not retried)")
@@ -296,10 +303,13 @@ def run_distributed(
         summary = json.loads(remote.read_text(result_uri))
         newest = CheckpointStore(run_uri).candidates()
         summary["checkpoint"] = newest[0][1] if newest else None
+        records = ray.get(outcome.crashes.remote())
+        if records:  # attempts that failed before a retry succeeded: their tracebacks
+            summary["log"] = crash_report.write_log(run_uri, records, None)
         failed = False
         return summary
     finally:
-        if failed:  # a start that left no checkpoint leaves no folder
+        if failed and not kept_log:  # a start that left no checkpoint (nor log) leaves no folder
             claim.abandon()
         claim.release()
         if started:
