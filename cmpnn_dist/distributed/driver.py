@@ -188,6 +188,27 @@ def _first_lines(text: str, n: int = 12) -> str:
     return "\n".join(tail)
 
 
+def _crash_records(outcome: Any) -> list[dict[str, Any]]:
+    """The crash records the workers left in the ``Outcome`` actor (none if it is gone)."""
+    import ray
+
+    try:
+        return list(ray.get(outcome.crashes.remote(), timeout=60))
+    except Exception as exc:  # noqa: BLE001 - the run's own error is what gets reported
+        logger.warning("could not read the workers' crash records: %s", exc)
+        return []
+
+
+def _write_crash_log(run: str, records: list[dict[str, Any]], error: Any) -> str | None:
+    """:func:`crash_report.write_log`, or None when the run folder cannot take it (a full
+    disk...): the one line then says where else to look."""
+    try:
+        return crash_report.write_log(run, records, error)
+    except Exception as exc:  # noqa: BLE001 - the run's own error is what gets reported
+        logger.warning("could not write the crash log in %s: %s", run, exc)
+        return None
+
+
 def run_distributed(
     cfg: Any, dataset_path: str | Path, claim: rf.Claim | None = None
 ) -> dict[str, Any]:
@@ -279,15 +300,16 @@ def run_distributed(
                 stuck.step, stuck.checkpoint = newest[0]
             raise
         except ray.train.TrainingFailedError as e:
-            records = ray.get(outcome.crashes.remote())
-            log = crash_report.write_log(run_uri, records, e)
-            kept_log = True
+            records = _crash_records(outcome)
+            log = _write_crash_log(run_uri, records, e)
+            kept_log = log is not None
             attempts = "every" if cl.max_failures < 0 else str(cl.max_failures + 1)
+            where = f"traceback in {log}" if log else "see the Ray workers' logs"
             raise DistributedTrainingError(
                 f"distributed training of run {cfg.run_name!r} failed on {attempts} attempt(s) "
                 f"(cluster.max_failures={cl.max_failures}): {crash_report.summary(records, e)}; "
-                f"traceback in {log}; submitting again with run_name={cfg.run_name} resumes "
-                "from the last valid checkpoint"
+                f"{where}; submitting again with run_name={cfg.run_name} resumes from the last "
+                "valid checkpoint"
             ) from None
         error = ray.get(outcome.get.remote())
         if error is not None:
@@ -303,9 +325,9 @@ def run_distributed(
         summary = json.loads(remote.read_text(result_uri))
         newest = CheckpointStore(run_uri).candidates()
         summary["checkpoint"] = newest[0][1] if newest else None
-        records = ray.get(outcome.crashes.remote())
+        records = _crash_records(outcome)
         if records:  # attempts that failed before a retry succeeded: their tracebacks
-            summary["log"] = crash_report.write_log(run_uri, records, None)
+            summary["log"] = _write_crash_log(run_uri, records, None)
         failed = False
         return summary
     finally:
