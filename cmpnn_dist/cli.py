@@ -3,7 +3,8 @@
 ``python -m cmpnn_dist.train conf=NAME key=value ...`` composes ``conf/NAME.yaml`` (every
 preset extends the structured schema :class:`cmpnn_dist.config.Config`) with the given
 overrides through Hydra's compose API.  Any composition error (unknown key, wrong type,
-unknown preset) becomes one :class:`UsageError` line and exit status 2.
+unknown preset) becomes one :class:`UsageError` line and exit status 2; so does a key the
+schema does not declare given with Hydra's ``+`` (:mod:`cmpnn_dist.config_keys`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from cmpnn_dist.config import Config, ConfigError, allowed_values, register_configs, validate
+from cmpnn_dist.config_keys import check_override_keys
 from cmpnn_dist.errors import UsageError
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
@@ -76,6 +78,7 @@ def compose_config(preset: str, overrides: Sequence[str]) -> Config:
     presets = available_presets()
     if preset not in presets:
         raise UsageError(f"unknown preset conf={preset!r}; choose one of: {', '.join(presets)}")
+    check_override_keys(overrides)  # before Hydra, whose `+key` would add an undeclared key
     GlobalHydra.instance().clear()
     user_overrides = list(overrides)
     if not any(o.split("=", 1)[0].lstrip("+~") == "data_root" for o in overrides):

@@ -22,7 +22,7 @@ set_openmp_defaults()  # before torch loads OpenMP (see cmpnn_dist/openmp_env.py
 
 from cmpnn_dist.cli import compose_config, run_cli, split_args  # noqa: E402
 from cmpnn_dist.config import Config  # noqa: E402
-from cmpnn_dist.convert.prepare import ensure_dataset  # noqa: E402
+from cmpnn_dist.convert.prepare import dataset_path, ensure_dataset  # noqa: E402
 from cmpnn_dist.errors import UsageError  # noqa: E402
 from cmpnn_dist.evaluation.metrics import RESULT_LABELS  # noqa: E402
 
@@ -36,47 +36,62 @@ def train(cfg: Config, argv: Sequence[str] = ()) -> dict[str, Any]:
 
     ``cfg`` itself is left as given: the run works on a copy whose ``run_name`` is filled in
     (``<data.name>-<time>`` when null) and whose ``storage_root`` is absolute (resolved here,
-    never in a Ray worker's temporary working dir)."""
+    never in a Ray worker's temporary working dir).
+
+    Every check that can refuse the run (:mod:`cmpnn_dist.training.preflight`: storage root,
+    dataset, data size, run lock, resume compatibility) comes before the run's first lines;
+    a refused run removes what those checks created."""
+    from cmpnn_dist.training import preflight
     from cmpnn_dist.training import run_folder as rf
+    from cmpnn_dist.training.data import load_train_data
 
     cfg = copy.deepcopy(cfg)
     cfg.run_name = cfg.run_name or default_run_name(cfg)
     cfg.storage_root = rf.resolve_storage_root(cfg.storage_root)
-    rf.check_storage_root(cfg.storage_root)
-    path = ensure_dataset(cfg)  # missing data is one error line, before any run is announced
-    run = rf.run_folder(cfg.storage_root, cfg.run_name)
+    distributed = cfg.cluster.num_workers > 0
+    with preflight.undo_on_refusal(cfg.storage_root, dataset_path(cfg)):
+        rf.check_storage_root(cfg.storage_root)
+        if distributed:
+            from cmpnn_dist.distributed.driver import backend_for, check_settings
+
+            check_settings(cfg)
+            backend_for(cfg)
+        path = ensure_dataset(cfg, check_size=lambda n, where: preflight.check_batch(cfg, n, where))
+        sizes = preflight.check_dataset(cfg, path)
+        data = None if distributed else load_train_data(path)
+        run = rf.run_folder(cfg.storage_root, cfg.run_name)
+        claim = rf.claim_run(run, cfg.resume)  # one run per folder (resume=false: moved aside)
+        try:
+            preflight.check_resume_point(cfg, run, sizes)
+        except BaseException:
+            claim.abandon()
+            raise
     lines = rf.banner(run, cfg.storage_root, argv, cfg.run_name)
     for line in lines:
         print(line, file=sys.stderr, flush=True)
     from cmpnn_dist.training.interrupt import TrainingInterrupted
 
-    if cfg.cluster.num_workers > 0:
+    if distributed:
         from cmpnn_dist.distributed import run_distributed
 
         try:
-            return run_distributed(cfg, path)
+            return run_distributed(cfg, path, claim=claim)
         except TrainingInterrupted as exc:  # the workers checkpointed; one line, 130 / 143
             exc.resume = lines[1].removeprefix("resume with: ")
             raise
 
-    from cmpnn_dist.training.data import load_train_data
     from cmpnn_dist.training.loop import fit
 
-    data = load_train_data(path)
-
-    existed = rf.exists(run)
-    lock = rf.lock_run(run, cfg.resume)  # one run per folder (resume=false: moved aside first)
     try:
         result = fit(cfg, data, run_dir=run)
     except TrainingInterrupted as exc:  # Ctrl-C / SIGTERM: checkpointed; one line, 130 / 143
         exc.resume = lines[1].removeprefix("resume with: ")
         raise
     except BaseException:
-        lock.release()
-        rf.remove_failed_start(run, existed)  # a start that left no checkpoint leaves no folder
+        claim.abandon()  # a start that left no checkpoint leaves no folder
         raise
     finally:
-        lock.release()
+        claim.release()
     return summarize(result)
 
 

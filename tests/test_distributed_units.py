@@ -217,3 +217,58 @@ def copy_of(module: torch.nn.Module) -> torch.nn.Module:
     import copy
 
     return copy.deepcopy(module)
+
+
+def test_an_error_in_the_training_loop_carries_its_step(tmp_path: Path) -> None:
+    """The trainer marks an exception with the step in progress; the crash record a worker
+    hands the driver names it, with the cause in one line and the whole traceback."""
+    from test_training import Crash, _crash_at, rule_kg, small_cfg
+
+    from cmpnn_dist.distributed.crash_report import crash_record
+    from cmpnn_dist.training.failure import step_of
+    from cmpnn_dist.training.loop import fit
+
+    with pytest.raises(Crash) as info:
+        fit(small_cfg(), rule_kg(32), run_dir=tmp_path, on_step=_crash_at(3))
+    assert step_of(info.value) == 3
+    record = crash_record(info.value, rank=1, node="n1")
+    assert (record["rank"], record["step"], record["node"]) == (1, 3, "n1")
+    assert record["cause"] == "Crash: simulated failure after step 3"
+    assert record["traceback"].startswith("Traceback (most recent call last)")
+    assert "in hook" in record["traceback"] and record["traceback"].rstrip().endswith(
+        "Crash: simulated failure after step 3"
+    )
+
+
+def test_crash_summary_and_log(tmp_path: Path) -> None:
+    """The one line names the last attempt's first failure; the log keeps every traceback
+    and grows with each failed start of the run."""
+    from cmpnn_dist.distributed import crash_report as cr
+    from cmpnn_dist.training.failure import mark_step
+
+    def record(exc: Exception, rank: int, step: int | None, attempt: int) -> dict[str, Any]:
+        try:
+            raise exc
+        except Exception as raised:
+            mark_step(raised, step)
+            return {**cr.crash_record(raised, rank), "attempt": attempt}
+
+    records = [
+        record(ValueError("first attempt"), 0, 2, 1),
+        record(RuntimeError("lost peer\nsecond line"), 1, 5, 2),
+        record(KeyError("late"), 0, None, 2),
+    ]
+    error = RuntimeError("Training failed due to worker errors:\n[Rank 1 Error Snippet]")
+    assert cr.summary(records, error) == "rank 1 at step 5: RuntimeError: lost peer"
+    assert cr.where(records[2]) == "rank 0 before its first step: KeyError: 'late'"
+    assert cr.summary([], error) == "RuntimeError: Training failed due to worker errors:"
+    run = tmp_path / "run"
+    path = cr.write_log(str(run), records, error)
+    assert path == str(run / cr.LOG_FILE)
+    text = Path(path).read_text()
+    assert text.count("Traceback (most recent call last)") == 3
+    assert "attempt 2: rank 1 at step 5: RuntimeError: lost peer" in text
+    assert text.rstrip().endswith("[Rank 1 Error Snippet]")
+    cr.write_log(str(run), records[:1], None)
+    assert Path(path).read_text().startswith(text)
+    assert Path(path).read_text().count("Traceback (most recent call last)") == 4

@@ -107,3 +107,81 @@ def test_storage_and_convert_errors_exit_2(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert "train.txt" in proc.stderr and "line 2" in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def _listing(root: Path) -> list[str]:
+    """Every path under ``root`` (relative, sorted): what a refused command must not change."""
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*"))
+
+
+UNKNOWN_KEY = "train.lrr is not a config key; did you mean train.lr?"
+
+
+@pytest.mark.parametrize("override", ["+train.lrr=0.01", "++train.lrr=0.01", "train.lrr=0.01"])
+def test_an_unknown_key_is_one_line_with_or_without_plus(tmp_path, override, capsys):
+    """Hydra's own hint for an unknown key is to append it with ``+``; the schema declares
+    no ``train.lrr``, so the key is refused however it is given, before anything is made."""
+    from cmpnn_dist.cli import run_cli
+    from cmpnn_dist.train import _main
+
+    assert run_cli(_main, [f"storage_root={tmp_path}", override]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip() == f"error: {override}: {UNKNOWN_KEY} " + (
+        "(keys and open maps such as data.synthetic are listed by --help; a + prefix cannot "
+        "add a new key)"
+    )
+    assert captured.out == "" and _listing(tmp_path) == []
+
+
+def test_an_unknown_key_with_plus_through_the_command_line(tmp_path):
+    proc = run("cmpnn_dist.train", f"storage_root={tmp_path}", "+train.lrr=0.01")
+    assert_one_error_line(proc, f"+train.lrr=0.01: {UNKNOWN_KEY}")
+    assert _listing(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "overrides", [["train.seed=0,1", "+train.lrr=0.01"], ["+train.lrr=0.01,0.02"]]
+)
+def test_an_unknown_key_in_a_sweep_is_one_line(tmp_path, overrides, capsys):
+    from cmpnn_dist.cli import run_cli
+    from cmpnn_dist.train import _main
+
+    assert run_cli(_main, ["-m", f"storage_root={tmp_path}", *overrides]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: +train.lrr=0.01: "), lines
+    assert UNKNOWN_KEY in lines[0]
+    assert _listing(tmp_path) == []
+
+
+def test_evaluate_and_predict_refuse_an_unknown_key(real_run, capsys):
+    """Both read a run's saved config and put the overrides on top: ``+`` or not, a key the
+    schema does not declare is one line and the run folder is left as it was."""
+    from cmpnn_dist.cli import run_cli
+    from cmpnn_dist.evaluate import _main as evaluate_main
+    from cmpnn_dist.predict.__main__ import _main as predict_main
+
+    run_dir = Path(real_run["run_dir"])
+    before = _listing(run_dir)
+    for override in ("+train.lrr=0.01", "train.lrr=0.01"):
+        assert run_cli(evaluate_main, [f"ckpt={run_dir}", override]) == 2
+        assert capsys.readouterr().err.strip().startswith(f"error: {override}: {UNKNOWN_KEY}")
+        argv = [f"ckpt={run_dir}", "head=e0", "relation=b0", override]
+        assert run_cli(predict_main, argv) == 2
+        assert capsys.readouterr().err.strip().startswith(f"error: {override}: {UNKNOWN_KEY}")
+    assert _listing(run_dir) == before
+
+
+def test_declared_keys_and_open_maps_are_accepted_with_plus():
+    """The negative control: ``+`` on a key inside a declared open map (the synthetic
+    generator's parameters) composes, and evaluate accepts ``+`` on a declared key."""
+    from cmpnn_dist.cli import compose_config
+    from cmpnn_dist.config_keys import declared
+    from cmpnn_dist.training.restore import config_from_checkpoint
+
+    cfg = compose_config("default", ["+data.synthetic.num_entities=300"])
+    assert cfg.data.synthetic == {"num_entities": 300}
+    saved = {"train": {"lr": 0.005}}
+    assert config_from_checkpoint(saved, ["+train.lr=0.01"]).train.lr == 0.01
+    assert declared("model.prune.gate") and declared("data.synthetic.anything")
+    assert declared("eval.splits.0")
+    assert not declared("train.lr.x") and not declared("model.prune.gates")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,9 @@ _MISSING_DATA_HINTS = {
 }
 
 
-def ensure_dataset(cfg: Config, progress: bool = True) -> Path:
+def ensure_dataset(
+    cfg: Config, progress: bool = True, check_size: Callable[[int, str], None] | None = None
+) -> Path:
     """Return the dataset folder, (re)building it from ``cfg.data.source`` when needed.
 
     A cached dataset is used when its recorded source (raw files: size, mtime, sha256; the
@@ -58,6 +61,10 @@ def ensure_dataset(cfg: Config, progress: bool = True) -> Path:
     against their sha256 before it is returned (:func:`_checked`).  A source that cannot be
     read is a UsageError unless ``data.allow_missing_source=true``; ``data.rebuild=true``
     forces a rebuild.  See :mod:`cmpnn_dist.convert.source`.
+
+    ``check_size(n, where)``: called before a TSV source is built, with an upper bound ``n``
+    on its training facts (the non-empty lines of ``where``, its training file), so that a
+    graph too small to train is refused (by raising) before anything is printed or written.
     """
     d = cfg.data
     if d.source not in SOURCES:  # before anything is printed or built
@@ -93,6 +100,15 @@ def ensure_dataset(cfg: Config, progress: bool = True) -> Path:
             f"data for {d.name!r} not found: {spec.raw_path} does not exist "
             f"(source {spec.source}); " + hint.format(raw=spec.raw_path)
         )
+    if check_size is not None and spec.source.startswith("tsv:") and spec.raw_path:
+        from cmpnn_dist.convert.tsv import train_lines
+
+        try:
+            where, lines = train_lines(spec.raw_path)
+        except (StorageError, OSError):
+            pass  # no readable training file: the build names it
+        else:
+            check_size(lines, str(where))
     if todo.cached:
         print(f"rebuilding dataset {d.name}: {todo.reason}", file=sys.stderr)
     elif progress:

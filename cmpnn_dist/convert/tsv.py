@@ -99,6 +99,14 @@ def split_file(folder: Path, split: str) -> Path:
     raise StorageError(f"no {split}.txt or {split}.tsv in this folder", folder)
 
 
+def train_lines(folder: str | Path) -> tuple[Path, int]:
+    """The training file of TSV folder ``folder`` and its number of non-empty lines: an upper
+    bound on its training facts (conversion drops duplicates), counted without parsing."""
+    path = split_file(Path(folder), "train")
+    with open(path, "rb") as f:
+        return path, sum(1 for line in f if line.strip())
+
+
 def node_types_for(
     entities: pa.Array, node_types: str | Path | None
 ) -> tuple[np.ndarray | None, list[str]]:

@@ -33,13 +33,15 @@ Ctrl-C stops at once; workers that do not stop within ``cluster.collective_timeo
 stopped (:class:`~cmpnn_dist.distributed.stop.WorkersDidNotStop`).
 
 Errors that cannot succeed (see ``worker.py``) end the run after one attempt with
-:class:`FatalTrainingError`; a start that fails and leaves no checkpoint removes the run
-folder it created.
+:class:`FatalTrainingError`; a start that fails and leaves no checkpoint (nor crash log)
+removes the run folder it created.
 
 Failures that must not hang: a rank stalled in a collective makes the others fail after
 ``cluster.collective_timeout_s`` (gloo / nccl process-group timeout, also used for Ray Train's
 own report barrier via ``RAY_TRAIN_COLLECTIVE_TIMEOUT_S``); when every one of the
-``max_failures + 1`` attempts fails, :class:`DistributedTrainingError` says so.
+``max_failures + 1`` attempts fails, :class:`DistributedTrainingError` says so in one line
+naming the rank, the step and the cause, with every rank's traceback in ``<run>/train.log``
+(see ``crash_report.py``).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ from cmpnn_dist.training import run_folder as rf
 from cmpnn_dist.training.checkpoint_store import ENV_SCRATCH, CheckpointStore
 from cmpnn_dist.training.interrupt import TrainingInterrupted
 
-from . import faults, remote
+from . import crash_report, faults, remote
 from .stop import WorkersDidNotStop, fit_until_stopped
 from .timing import ENV_TIMING
 from .worker import RESULT_FILE, Outcome, train_worker
@@ -186,12 +188,38 @@ def _first_lines(text: str, n: int = 12) -> str:
     return "\n".join(tail)
 
 
-def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
+def _crash_records(outcome: Any) -> list[dict[str, Any]]:
+    """The crash records the workers left in the ``Outcome`` actor (none if it is gone)."""
+    import ray
+
+    try:
+        return list(ray.get(outcome.crashes.remote(), timeout=60))
+    except Exception as exc:  # noqa: BLE001 - the run's own error is what gets reported
+        logger.warning("could not read the workers' crash records: %s", exc)
+        return []
+
+
+def _write_crash_log(run: str, records: list[dict[str, Any]], error: Any) -> str | None:
+    """:func:`crash_report.write_log`, or None when the run folder cannot take it (a full
+    disk...): the one line then says where else to look."""
+    try:
+        return crash_report.write_log(run, records, error)
+    except Exception as exc:  # noqa: BLE001 - the run's own error is what gets reported
+        logger.warning("could not write the crash log in %s: %s", run, exc)
+        return None
+
+
+def run_distributed(
+    cfg: Any, dataset_path: str | Path, claim: rf.Claim | None = None
+) -> dict[str, Any]:
     """Train ``cfg`` on ``cluster.num_workers`` Ray Train workers; returns the CLI summary.
 
     Args:
         cfg: the resolved :class:`~cmpnn_dist.config.Config`.
         dataset_path: the Arrow dataset folder: a local / shared path or a pyarrow URI.
+        claim: the run folder, already locked by the caller
+            (:func:`~cmpnn_dist.training.run_folder.claim_run`; the CLI locks it before its
+            first lines); None locks it here.  Released when the run ends.
 
     Returns:
         ``{"run_dir", "valid", "test", "resumed_from_step", "resumed_from", "step",
@@ -201,7 +229,7 @@ def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
         DistributedTrainingError: bad cluster settings, or every attempt failed.
     """
     import ray
-    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
     check_settings(cfg)
@@ -212,11 +240,9 @@ def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
     rf.check_storage_root(cfg.storage_root)
     runs = remote.runs_root(cfg.storage_root)
     run_uri = remote.join(runs, cfg.run_name)
-    existed = rf.exists(run_uri) and rf.is_nonempty_dir(run_uri)
     backend = backend_for(cfg)
-    lock = rf.lock_run(run_uri, cfg.resume)  # the driver owns the run folder while it runs
-    if not cfg.resume:
-        existed = False
+    if claim is None:  # the driver owns the run folder while it runs
+        claim = rf.claim_run(run_uri, cfg.resume)
     result_uri = remote.join(run_uri, RESULT_FILE)
     if remote.exists(result_uri):
         fs, path = remote.filesystem(result_uri)
@@ -231,7 +257,7 @@ def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
     resources = {"CPU": float(cl.cpus_per_worker)}
     if cl.use_gpu:
         resources["GPU"] = float(cl.gpus_per_worker)
-    started, failed = False, True
+    started, failed, kept_log = False, True, False
     try:
         started = _init_ray(cfg)
         # on the driver's node, like Ray Train's controller: it outlives the loss of a worker node
@@ -258,6 +284,8 @@ def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
                 storage_path=runs,
                 failure_config=FailureConfig(max_failures=cl.max_failures),
                 worker_runtime_env={"env_vars": _worker_env()},
+                # tracebacks go to the run's log; the console gets one line (crash_report)
+                logging_config=LoggingConfig(log_level=crash_report.RAY_TRAIN_LOG_LEVEL),
             ),
         )
         try:
@@ -272,13 +300,17 @@ def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
                 stuck.step, stuck.checkpoint = newest[0]
             raise
         except ray.train.TrainingFailedError as e:
+            records = _crash_records(outcome)
+            log = _write_crash_log(run_uri, records, e)
+            kept_log = log is not None
             attempts = "every" if cl.max_failures < 0 else str(cl.max_failures + 1)
+            where = f"traceback in {log}" if log else "see the Ray workers' logs"
             raise DistributedTrainingError(
                 f"distributed training of run {cfg.run_name!r} failed on {attempts} attempt(s) "
-                f"(cluster.max_failures={cl.max_failures}); checkpoints stay in {run_uri} and "
-                f"submitting again with run_name={cfg.run_name} resumes from the last valid one."
-                f"\nlast error:\n{_first_lines(str(e))}"
-            ) from e
+                f"(cluster.max_failures={cl.max_failures}): {crash_report.summary(records, e)}; "
+                f"{where}; submitting again with run_name={cfg.run_name} resumes from the last "
+                "valid checkpoint"
+            ) from None
         error = ray.get(outcome.get.remote())
         if error is not None:
             raise FatalTrainingError(f"{error} (run {cfg.run_name!r}, not retried)")
@@ -293,11 +325,14 @@ def run_distributed(cfg: Any, dataset_path: str | Path) -> dict[str, Any]:
         summary = json.loads(remote.read_text(result_uri))
         newest = CheckpointStore(run_uri).candidates()
         summary["checkpoint"] = newest[0][1] if newest else None
+        records = _crash_records(outcome)
+        if records:  # attempts that failed before a retry succeeded: their tracebacks
+            summary["log"] = _write_crash_log(run_uri, records, None)
         failed = False
         return summary
     finally:
-        lock.release()
-        if failed:
-            rf.remove_failed_start(run_uri, existed)
+        if failed and not kept_log:  # a start that left no checkpoint (nor log) leaves no folder
+            claim.abandon()
+        claim.release()
         if started:
             ray.shutdown()

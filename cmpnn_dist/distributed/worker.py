@@ -15,6 +15,11 @@ checkpoint the current step and raise
 :class:`~cmpnn_dist.training.interrupt.TrainingInterrupted`, which the worker turns into a
 normal return (Ray would otherwise retry it) after rank 0 has recorded the step and the
 checkpoint in the actor (:meth:`Outcome.interrupted`) for the driver's one line.
+
+Any other error goes back to Ray (retried up to ``cluster.max_failures`` times) after the
+worker has put its rank, step, cause and traceback in the same actor
+(:meth:`Outcome.crashed`): the driver writes the tracebacks to the run's log and names the
+rank, the step and the cause in one line (:mod:`cmpnn_dist.distributed.crash_report`).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from cmpnn_dist.training.interrupt import TrainingInterrupted
 
 from . import faults, remote
 from .context import PeerStoppedError, RayTrainContext
+from .crash_report import crash_record, quiet_ray_train_errors
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +53,20 @@ class Outcome:
         self.error: str | None = None
         self.signum: int | None = None
         self.stopped: tuple[int, int, str | None] | None = None  # (signal, step, checkpoint)
+        self.attempt = 0  # counted by rank 0's starts: Ray restarts the whole group
+        self.records: list[dict[str, Any]] = []
+
+    def started(self, rank: int) -> None:
+        if rank == 0:
+            self.attempt += 1
+
+    def crashed(self, record: dict[str, Any]) -> None:
+        """A rank's error that goes back to Ray (retried while the budget lasts):
+        :func:`~cmpnn_dist.distributed.crash_report.crash_record`, stamped with the attempt."""
+        self.records.append({**record, "attempt": max(self.attempt, 1)})
+
+    def crashes(self) -> list[dict[str, Any]]:
+        return list(self.records)
 
     def fail(self, message: str) -> None:
         if self.error is None:
@@ -112,9 +132,13 @@ def train_worker(config: dict[str, Any]) -> None:
         # a fixed intra-op thread count keeps CPU reductions reproducible across restarts
         torch.set_num_threads(max(1, int(cfg.cluster.cpus_per_worker)))
     ctx: RayTrainContext | None = None
-    faults.log_attempt(
-        ray.train.get_context().get_world_rank(), ray.get_runtime_context().get_node_id()
-    )
+    rank = ray.train.get_context().get_world_rank()
+    node = ray.get_runtime_context().get_node_id()
+    faults.log_attempt(rank, node)
+    outcome = config.get("outcome")
+    if outcome is not None:
+        ray.get(outcome.started.remote(rank))
+        quiet_ray_train_errors()  # every error is reported below, its traceback in the run log
     try:
         ctx = RayTrainContext(
             run_uri,
@@ -130,17 +154,18 @@ def train_worker(config: dict[str, Any]) -> None:
             summary = result_summary(result, ctx, run_uri)
             remote.write_text(remote.join(run_uri, RESULT_FILE), json.dumps(summary, indent=1))
     except TrainingInterrupted as stop:  # the driver's Ctrl-C / SIGTERM: checkpointed, stop
-        if ctx is not None and ctx.is_main and config.get("outcome") is not None:
-            ray.get(config["outcome"].interrupted.remote(stop.signum, stop.step, stop.checkpoint))
+        if ctx is not None and ctx.is_main and outcome is not None:
+            ray.get(outcome.interrupted.remote(stop.signum, stop.step, stop.checkpoint))
     except Exception as exc:
-        if config.get("outcome") is None or not is_fatal(exc):
+        if outcome is not None and not is_fatal(exc):
+            ray.get(outcome.crashed.remote(crash_record(exc, rank, node)))
+        if outcome is None or not is_fatal(exc):
             raise
-        rank = ray.train.get_context().get_world_rank()
         if ctx is not None:
             ctx.stop_peers()
         if not isinstance(exc, PeerStoppedError):
             logger.error("rank %d: %s (not retried)", rank, exc)
-            ray.get(config["outcome"].fail.remote(str(exc)))
+            ray.get(outcome.fail.remote(str(exc)))
     finally:
         if ctx is not None:
             ctx.close()

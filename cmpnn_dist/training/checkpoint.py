@@ -32,6 +32,7 @@ import re
 import shutil
 import tempfile
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -199,7 +200,11 @@ def load_state(f: BinaryIO, path: Path, map_location: str | torch.device = "cpu"
     """``torch.load`` of an open ``state.pt`` (``path`` names it in errors) with safe loading
     (``weights_only=True``); any failure is one CheckpointError line."""
     try:
-        return torch.load(f, map_location=map_location, weights_only=True)
+        with warnings.catch_warnings():
+            # torch warns about a pickle protocol other than its own before refusing or
+            # loading the file; the outcome is reported below (or the load succeeds)
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", module="torch")
+            return torch.load(f, map_location=map_location, weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unpickling failure is a corrupt file
         import pickle
 

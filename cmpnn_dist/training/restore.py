@@ -58,7 +58,9 @@ def run_dir_of(ckpt: str | Path) -> str:
 
 def config_from_checkpoint(saved: dict[str, Any], overrides: list[str]) -> Config:
     """The run's saved config with ``overrides`` on top.  ``data.rebuild`` is a one-off request
-    of the run that saved it, not a property of the model: it is not carried over."""
+    of the run that saved it, not a property of the model: it is not carried over.  An
+    override's key must be one the schema declares (Hydra's ``+`` / ``++`` prefixes are
+    accepted and mean the same as none here)."""
     saved = {**saved, "data": {k: v for k, v in saved.get("data", {}).items() if k != "rebuild"}}
     prune = saved.get("model", {}).get("prune")
     if isinstance(prune, dict) and "priority" not in prune:
@@ -67,9 +69,13 @@ def config_from_checkpoint(saved: dict[str, Any], overrides: list[str]) -> Confi
     saved = saved_choice_names(saved)
     from omegaconf import OmegaConf
 
+    from cmpnn_dist.config_keys import check_override_keys
+
+    check_override_keys(overrides)
+    dotlist = [o.lstrip("+") for o in overrides]
     try:
         merged = OmegaConf.merge(
-            OmegaConf.structured(Config), saved, OmegaConf.from_dotlist(overrides)
+            OmegaConf.structured(Config), saved, OmegaConf.from_dotlist(dotlist)
         )
         cfg = OmegaConf.to_object(merged)
     except Exception as exc:

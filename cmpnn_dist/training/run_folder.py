@@ -257,3 +257,32 @@ def lock_run(run: str, resume: bool, say: Any = None) -> RunLock:
         (say or _say)(f"resume=false: moved the existing run folder to {moved}")
         lock.acquire(say or _say)
     return lock
+
+
+class Claim:
+    """A run folder this process has locked for one run (:func:`claim_run`).
+
+    ``existed``: the folder held something of an earlier attempt before this start (a
+    failed start then leaves it as it was; otherwise it is removed unless it holds a
+    checkpoint, see :func:`remove_failed_start`)."""
+
+    def __init__(self, run: str, lock: RunLock, existed: bool) -> None:
+        self.run, self.lock, self.existed = run, lock, existed
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def abandon(self) -> bool:
+        """A start that failed: release the lock and remove the folder if this start made it
+        and it holds no checkpoint.  Returns True when the folder was removed."""
+        self.release()
+        return remove_failed_start(self.run, self.existed)
+
+
+def claim_run(run: str, resume: bool, say: Any = None) -> Claim:
+    """Lock run folder ``run`` for this process (:func:`lock_run`: a folder in use is one
+    StorageError; ``resume`` False moves an existing folder aside) and remember whether this
+    start made the folder."""
+    existed = exists(run) and is_nonempty_dir(run)
+    lock = lock_run(run, resume, say)
+    return Claim(run, lock, existed and resume)

@@ -24,6 +24,7 @@ from .builders import autocast, build_loss, build_lr_scheduler, build_optimizer
 from .checkpoint import load_checkpoint, save_checkpoint
 from .context import TrainContext
 from .data import TrainData
+from .failure import mark_step
 from .interrupt import TrainingInterrupted
 from .restore import check_resumable
 from .resume_keys import check_resume
@@ -108,6 +109,7 @@ class Trainer:
         self.best_valid: dict[str, float] = {}
         self.best_step: int | None = None
         self.step = 0
+        self.at_step: int | None = None  # the step in progress (None before the first)
         self.last_valid_step = -1
         self.last_valid_mrr: float | None = None
         self.resumed_from: int | None = None
@@ -280,6 +282,16 @@ class Trainer:
         )
 
     def run(self) -> FitResult:
+        """Train to the end (resuming first when the context offers a checkpoint) and test.
+        An exception escaping it carries the step in progress
+        (:func:`~cmpnn_dist.training.failure.step_of`)."""
+        try:
+            return self._run()
+        except Exception as exc:
+            mark_step(exc, self.at_step)
+            raise
+
+    def _run(self) -> FitResult:
         cfg, tc, ctx = self.cfg, self.cfg.train, self.ctx
         if ctx.is_main:
             _say(self.describe())
@@ -303,6 +315,7 @@ class Trainer:
         stops.__enter__()
         try:
             while self.step < total:
+                self.at_step = self.step + 1
                 epoch = self.sampler.epoch
                 lr = self.optimizer.param_groups[0]["lr"]  # the rate this step's update uses
                 loss = self.train_step(train_model)

@@ -1,0 +1,52 @@
+"""A crash under Ray (``cluster.num_workers=2``, DDP over gloo on the CPU) is one line.
+
+The real command, ``python -m cmpnn_dist.train``, in a child process with its own local Ray;
+rank 1 raises at step 3 (the ``crash`` fault, ``cmpnn_dist/distributed/faults.py``).  Its
+stderr ends in one ``error:`` line naming the rank, the step and the cause, and the run
+folder's log file, which holds the traceback; no traceback of the crash reaches the console
+(neither the driver's own lines nor those Ray forwards from its workers and controller).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_distributed_interrupt import ARGS, REPO, _env, _ours
+
+from cmpnn_dist.distributed import faults
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.timeout(1200)
+def test_a_crashed_rank_is_one_line_naming_rank_step_cause_and_log(tmp_path):
+    root = tmp_path / "store"
+    cmd = [sys.executable, "-m", "cmpnn_dist.train", f"storage_root={root}", *ARGS,
+           "run_name=crash"]  # fmt: skip
+    env = _env(**{faults.ENV_FAULT: "crash@rank1:step3"})
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 2, proc.stderr[-4000:]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("error:")]
+    assert len(errors) == 1 and lines[-1] == errors[0], proc.stderr[-4000:]
+    run = root / "runs" / "crash"
+    log = run / "train.log"
+    assert errors[0] == (
+        "error: distributed training of run 'crash' failed on 1 attempt(s) "
+        "(cluster.max_failures=0): rank 1 at step 3: InjectedFault: injected crash on rank 1 "
+        f"at step 3; traceback in {log}; submitting again with run_name=crash resumes from "
+        "the last valid checkpoint"
+    )
+    text = log.read_text()
+    assert re.search(r"attempt 1: rank 1 at step 3: InjectedFault", text), text[:2000]
+    assert "Traceback (most recent call last)" in text and "faults.py" in text
+    assert text.count("cmpnn_dist.distributed.faults.InjectedFault: injected crash") >= 1
+    # the crash's frames are in the log only: not in the driver's lines, not in Ray's
+    assert "Traceback" not in _ours(proc.stderr), proc.stderr[-4000:]
+    assert "faults.py" not in proc.stderr and "Error in training function" not in proc.stderr
+    assert proc.stdout.strip() == ""
+    assert Path(errors[0].split("traceback in ", 1)[1].split(";", 1)[0]) == log
