@@ -117,12 +117,12 @@ def _evaluate_into(
 
 
 def _write_json(path: Path, obj: Any) -> None:
+    """Whole or not at all; no space left is one error naming ``path``."""
     import json
-    import os
 
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)
+    from cmpnn_dist.storage.atomic import write_atomic
+
+    write_atomic(path, json.dumps(obj, indent=1))
 
 
 def _main(argv: list[str]) -> dict[str, Any]:

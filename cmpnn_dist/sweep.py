@@ -16,6 +16,7 @@ newest checkpoint (``resume=true``).  So a killed sweep restarted with the same 
 from __future__ import annotations
 
 import csv
+import io
 import itertools
 import json
 import os
@@ -24,6 +25,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from cmpnn_dist.storage.atomic import write_atomic
 
 METRICS = ("mrr", "hits@1", "hits@3", "hits@10", "hits@10_50", "accuracy")
 
@@ -63,11 +66,8 @@ def sweep_dir(storage_root: str | Path, name: str) -> Path:
 
 
 def write_json(path: Path, obj: Any) -> None:
-    """Atomically (temp name, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=1, default=str))
-    os.replace(tmp, path)
+    """Atomically (temp name, then rename; a full disk is one error naming ``path``)."""
+    write_atomic(path, json.dumps(obj, indent=1, default=str))
 
 
 def cell_result(run_dir: Path) -> dict[str, Any] | None:
@@ -98,14 +98,11 @@ def collect(sweep: Path) -> list[dict[str, Any]]:
 def write_results_csv(sweep: Path) -> Path:
     rows = collect(sweep)
     columns = list(dict.fromkeys(k for row in rows for k in row))
-    path = sweep / "results.csv"
-    tmp = path.with_name(".results.csv.tmp")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(tmp, path)
-    return path
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(rows)
+    return write_atomic(sweep / "results.csv", out.getvalue())
 
 
 def default_sweep_name(preset: str) -> str:
@@ -207,10 +204,7 @@ def report(sweep: Path) -> tuple[Path, list[Path]]:
                   "prediction table (Hits@10 of 50 negatives)."]
     if "test_hits@10_50" in metrics:
         lines += ["", hits_rule_line(sweep)]
-    md = sweep / "report.md"
-    tmp = md.with_name(".report.md.tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, md)
+    md = write_atomic(sweep / "report.md", "\n".join(lines) + "\n")
     return md, _plots(sweep, rows, metrics)
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -22,6 +21,8 @@ from typing import Any
 
 import ray.train
 import torch
+
+from cmpnn_dist.storage.atomic import write_atomic
 
 from . import faults
 from .context import all_gather_rows
@@ -69,10 +70,7 @@ def eval_worker(config: dict[str, Any]) -> None:
     )  # CMPNN_FAULT drills (kill a worker mid-evaluation)
     out = evaluate_splits(model, data, cfg, device, ctx=ctx, ranks_dir=Path(config["run_dir"]))
     if ctx.is_main:
-        path = Path(config["summary"])
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps({**out, "world_size": ctx.world_size}))
-        os.replace(tmp, path)
+        write_atomic(Path(config["summary"]), json.dumps({**out, "world_size": ctx.world_size}))
 
 
 def run_distributed_evaluation(

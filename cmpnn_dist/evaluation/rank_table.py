@@ -10,7 +10,6 @@ The file's schema metadata names the protocol and the tie rule.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,12 +34,14 @@ class RankTable:
     ogb_lists: dict[str, Tensor] = field(default_factory=dict)
 
     def write_parquet(self, path: str | Path) -> Path:
-        """Write the table to ``path`` (temp name, then rename: never half-written)."""
+        """Write the table to ``path`` (encoded in memory, then a temp name and a rename:
+        never half-written; no space left is one error naming ``path``)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        from cmpnn_dist.storage.atomic import write_atomic
+
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         direction = pa.DictionaryArray.from_arrays(
             pa.array(self.head_direction.to(torch.int8).numpy()), pa.array(["tail", "head"])
         )
@@ -55,7 +56,6 @@ class RankTable:
             },
             metadata={"protocol": self.protocol, "ties": self.ties},
         )
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
-        return path
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        return write_atomic(path, sink.getvalue().to_pybytes())

@@ -14,7 +14,6 @@ config override (e.g. ``storage_root=...``).  The table goes to stdout, then one
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ import pandas as pd  # noqa: E402
 from cmpnn_dist.cli import run_cli, split_args  # noqa: E402
 from cmpnn_dist.errors import UsageError  # noqa: E402
 from cmpnn_dist.predict.names import Query, read_queries  # noqa: E402
+from cmpnn_dist.storage.atomic import write_atomic  # noqa: E402
 
 SPECIAL = [
     "ckpt",
@@ -68,21 +68,18 @@ def _int(special: dict[str, str], key: str, default: int, low: int) -> int:
 
 
 def write_table(frame: pd.DataFrame, path: Path) -> None:
-    """CSV (``.csv``, ``.tsv``) or Parquet (``.parquet``, ``.pq``): a temp file, then rename."""
+    """CSV (``.csv``, ``.tsv``) or Parquet (``.parquet``, ``.pq``), encoded in memory, then
+    a temp file and a rename (a full disk is one error naming ``path``)."""
     suffix = path.suffix.lower()
     if suffix not in (".csv", ".tsv", ".parquet", ".pq"):
         raise UsageError(f"out={path}: use a .csv, .tsv or .parquet file name")
     if not path.parent.is_dir():
         raise UsageError(f"out={path}: folder {path.parent} does not exist")
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        if suffix in (".parquet", ".pq"):
-            frame.to_parquet(tmp, index=False)
-        else:
-            frame.to_csv(tmp, index=False, sep="\t" if suffix == ".tsv" else ",")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    if suffix in (".parquet", ".pq"):
+        data = frame.to_parquet(None, index=False)
+    else:
+        data = frame.to_csv(None, index=False, sep="\t" if suffix == ".tsv" else ",")
+    write_atomic(path, data)
 
 
 def _main(argv: list[str]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The one exception type of the graph store."""
+"""The exception types of the graph store and of the files it writes."""
 
 from __future__ import annotations
 
@@ -17,3 +17,11 @@ class StorageError(UsageError, ValueError):
     def __init__(self, message: str, path: str | Path | None = None) -> None:
         self.path = None if path is None else Path(path)
         super().__init__(f"{path}: {message}" if path is not None else message)
+
+
+class WriteError(StorageError):
+    """A file could not be written for a reason a retry cannot fix: no space left, a spent
+    quota, a read-only filesystem, missing permissions (:mod:`cmpnn_dist.storage.atomic`).
+
+    The message names the path, and for lack of space the bytes being written and the free
+    space of that filesystem; nothing half-written is left at the path."""

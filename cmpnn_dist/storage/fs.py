@@ -10,7 +10,8 @@ caller wraps a location in ``Path()`` unless :func:`local_path` says it is local
 * queries: :func:`exists`, :func:`is_dir`, :func:`is_file`, :func:`list_dirs`,
   :func:`is_nonempty_dir`;
 * changes: :func:`delete_dir`, :func:`move`, :func:`write_text` (atomic: temp name then rename
-  locally; one object published at close on an object store), :func:`read_text`;
+  locally, a full disk one error naming the file; one object published at close on an object
+  store), :func:`read_text`;
 * trees: :func:`upload_tree` (a local folder to a location, ``last`` written last, so a
   reader that waits for ``last`` never sees a partial copy), :func:`download_tree`.
 """
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -142,15 +142,9 @@ def write_text(location: Location, text: str) -> None:
     store publishes a whole object at close)."""
     local = local_path(location)
     if local is not None:
-        local.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{local.name}.", dir=local.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-            os.replace(tmp, local)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        from cmpnn_dist.storage.atomic import write_atomic
+
+        write_atomic(local, text)
         return
     fs, path = filesystem(location)
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)

@@ -8,14 +8,17 @@ still found) holding::
                     loadable with ``weights_only=True``)
     manifest.json   {"format_version", "step", "epoch", "meta", "files": {name: {"sha256", "size"}}}
 
-Writing: the files go into a hidden temporary sibling ``.tmp-<name>-*``, each is fsync'ed,
-``manifest.json`` is written *last*, and the directory is renamed into place with
+Writing: the state is serialized in memory first (so its size is known before a byte is
+written), then the files go into a hidden temporary sibling ``.tmp-<name>-*``, each is
+fsync'ed, ``manifest.json`` is written *last*, and the directory is renamed into place with
 ``os.replace``.  A checkpoint therefore counts only once its manifest is complete; a directory
 without a readable manifest, or whose files do not match it (size, sha256), is *torn*:
 the store's discovery (:meth:`~cmpnn_dist.training.checkpoint_store.CheckpointStore.find_latest`,
 the one rule) skips it with a warning naming it and falls back to the previous one.
-A write that fails because the disk is full, read-only or not writable raises
-:class:`CheckpointError` (a user error: retrying cannot help).
+A write that fails at any point (a file, an fsync, the rename) because the disk is full,
+read-only or not writable raises one :class:`CheckpointError` (a user error: retrying cannot
+help) naming the checkpoint, the bytes it needs and the free space of its filesystem; the
+temporary folder is removed and the previous checkpoints are untouched.
 
 Run-level logic (where a run keeps its checkpoints, the ``best`` copy, pruning, local folders
 and pyarrow URIs alike) lives in :mod:`cmpnn_dist.training.checkpoint_store`.
@@ -23,8 +26,8 @@ and pyarrow URIs alike) lives in :mod:`cmpnn_dist.training.checkpoint_store`.
 
 from __future__ import annotations
 
-import errno
 import hashlib
+import io
 import json
 import logging
 import os
@@ -39,6 +42,8 @@ from typing import Any, BinaryIO
 import torch
 
 from cmpnn_dist.errors import UsageError
+from cmpnn_dist.storage.atomic import describe, write_all
+from cmpnn_dist.storage.atomic import is_fatal_os_error as is_fatal_os_error  # re-exported
 
 logger = logging.getLogger(__name__)
 
@@ -46,10 +51,6 @@ FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 STATE_FILE = "state.pt"
 _NAME = re.compile(r"^step_(\d+)(?:-[0-9a-z]+)?$")
-# a write failing with one of these cannot succeed on retry
-FATAL_ERRNOS = frozenset(
-    {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR}
-)
 
 
 def checkpoint_name(step: int) -> str:
@@ -61,11 +62,6 @@ def parse_checkpoint_name(name: str) -> int | None:
     """The step of a checkpoint folder name (``step_N`` or legacy ``step_N-<token>``), else None."""
     m = _NAME.match(name)
     return int(m.group(1)) if m else None
-
-
-def is_fatal_os_error(exc: BaseException) -> bool:
-    """True for an OSError that a retry cannot fix (disk full, read-only, permission...)."""
-    return isinstance(exc, OSError) and exc.errno in FATAL_ERRNOS
 
 
 class CheckpointError(UsageError, RuntimeError):
@@ -98,43 +94,58 @@ def save_checkpoint(dir: Path, state: dict[str, Any], meta: dict[str, Any] | Non
 
     ``state["step"]`` and ``state["epoch"]`` (when present) are copied into the manifest, and
     ``meta`` (JSON-serialisable, e.g. ``{"score": valid_mrr}``) is stored there for pruning.
-    An existing ``dir`` is replaced.
+    An existing ``dir`` is replaced.  The serialized state is held in memory while it is
+    written (one extra copy of the checkpoint's size).
     """
     dir = Path(dir)
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    data = buf.getbuffer()
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "step": state.get("step"),
+        "epoch": state.get("epoch"),
+        "meta": meta or {},
+        "files": {STATE_FILE: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}},
+    }
+    text = json.dumps(manifest, indent=1).encode()
+    stage = ["its temporary folder"]
     try:
-        return _save(dir, state, meta)
+        return _save(dir, data, text, stage)
     except OSError as e:
         if is_fatal_os_error(e):
+            need = len(data) + len(text)
             raise CheckpointError(
-                f"cannot write checkpoint {dir}: {e.strerror or e} "
-                "(free space or fix the permissions of storage_root)"
-            ) from e
+                f"cannot write checkpoint {dir} (failed at {stage[0]}): "
+                f"{describe(e, dir.parent, need)}"
+            ) from None
         raise
 
 
-def _save(dir: Path, state: dict[str, Any], meta: dict[str, Any] | None) -> Path:
+def _write_file(path: Path, data: bytes | memoryview) -> None:
+    """Create ``path`` with ``data`` and fsync it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _save(dir: Path, data: memoryview, manifest: bytes, stage: list[str]) -> Path:
+    """Write the files into a temporary sibling, then rename it to ``dir``; ``stage[0]``
+    names the step under way (for the error message)."""
     parent = dir.parent
     parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{dir.name}-", dir=parent))
     old: Path | None = None
     try:
-        path = tmp / STATE_FILE
-        with open(path, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        manifest = {
-            "format_version": FORMAT_VERSION,
-            "step": state.get("step"),
-            "epoch": state.get("epoch"),
-            "meta": meta or {},
-            "files": {STATE_FILE: {"sha256": _sha256(path), "size": path.stat().st_size}},
-        }
-        with open(tmp / MANIFEST, "w") as f:
-            json.dump(manifest, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
+        stage[0] = STATE_FILE
+        _write_file(tmp / STATE_FILE, data)
+        stage[0] = MANIFEST
+        _write_file(tmp / MANIFEST, manifest)
         _fsync_dir(tmp)
+        stage[0] = "the rename into place"
         if dir.exists():
             old = parent / f".old-{dir.name}-{uuid.uuid4().hex[:8]}"
             os.replace(dir, old)

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from cmpnn_dist.storage import fs
+from cmpnn_dist.storage.atomic import NO_SPACE
 
 from .checkpoint import (
     MANIFEST,
@@ -288,10 +289,14 @@ class CheckpointStore:
         token = uuid.uuid4().hex[:8]
         tmp = join(self.root, f".tmp-best-{token}")
         old = join(self.root, f".old-best-{token}")
-        if self.remote:
-            _upload(Path(local), tmp)
-        else:
-            shutil.copytree(local, tmp, copy_function=_link_or_copy)
+        try:
+            if self.remote:
+                _upload(Path(local), tmp)
+            else:
+                shutil.copytree(local, tmp, copy_function=_link_or_copy)
+        except BaseException:  # a failed staging (disk full...) leaves no half copy behind
+            fs.delete_dir(tmp)
+            raise
         _drill_pause()
         if fs.exists(self.best_uri):
             fs.move(self.best_uri, old)
@@ -387,7 +392,11 @@ def _drill_pause() -> None:
 
 
 def _link_or_copy(src: str, dst: str) -> None:
+    """A hard link; a copy where the filesystem has none (a full disk is not retried as a
+    copy, which would need more room than the link)."""
     try:
         os.link(src, dst)
-    except OSError:
+    except OSError as e:
+        if e.errno in NO_SPACE:
+            raise
         shutil.copy2(src, dst)

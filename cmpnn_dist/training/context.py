@@ -30,9 +30,9 @@
 from __future__ import annotations
 
 import csv
+import io
 import logging
 import math
-import os
 import shutil
 import sys
 from contextlib import AbstractContextManager
@@ -43,7 +43,15 @@ import torch
 from torch import Tensor, nn
 
 from cmpnn_dist.storage import fs
+from cmpnn_dist.storage.atomic import (
+    append_text,
+    describe,
+    failing_writes,
+    is_fatal_os_error,
+    write_atomic,
+)
 
+from .checkpoint import CheckpointError
 from .checkpoint_store import CheckpointStore
 from .interrupt import StopRequests
 from .run_folder import is_nonempty_dir, move_aside
@@ -101,7 +109,9 @@ class LocalContext:
     leaves nothing behind.  On every start the logs are made to match the checkpoint the run
     continues from: resumed at step ``s``, metrics.csv and the TensorBoard events are rewritten
     from the checkpoint's history (rows up to ``s``, each once); started fresh in an existing
-    folder (no valid checkpoint), the old logs and ``best`` are removed.
+    folder (no valid checkpoint), the old logs and ``best`` are removed.  A write that cannot
+    succeed (no space left, read-only...) is one error naming the file; metrics.csv never
+    keeps a half row (:mod:`cmpnn_dist.storage.atomic`).
 
     Args:
         run_dir: the run's directory.
@@ -211,8 +221,15 @@ class LocalContext:
         self._reset_tensorboard()
 
     def commit_checkpoint(self, path: Path) -> dict[str, Any]:
-        """Publish the checkpoint just written at ``path``: verify it, update ``best``, prune."""
-        manifest = self.store.publish(path, self.keep_last)
+        """Publish the checkpoint just written at ``path``: verify it, update ``best``, prune.
+        A write that cannot succeed (no space...) is one CheckpointError naming it."""
+        try:
+            manifest = self.store.publish(path, self.keep_last)
+        except OSError as e:
+            if not is_fatal_os_error(e):
+                raise
+            why = describe(e, path)
+            raise CheckpointError(f"cannot publish checkpoint {path}: {why}") from None
         if self.store.remote:
             shutil.rmtree(path, ignore_errors=True)
         self.sync()
@@ -267,9 +284,9 @@ class LocalContext:
         if self._add_columns(row) or not self.csv_path.exists():
             self._rewrite_csv()
         else:
-            with open(self.csv_path, "a", newline="") as f:
-                csv.DictWriter(f, self._columns, extrasaction="ignore").writerow(row)
-        self._log_tensorboard(row)
+            append_text(self.csv_path, self._csv_text([row], header=False))
+        with failing_writes(self.tb_dir):
+            self._log_tensorboard(row)
         if checkpoint_dir is not None:
             self.commit_checkpoint(Path(checkpoint_dir))
 
@@ -278,19 +295,22 @@ class LocalContext:
         self._columns.extend(new)
         return bool(new)
 
-    def _rewrite_csv(self) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.csv_path.with_name(self.csv_path.name + ".tmp")
-        with open(tmp, "w", newline="") as f:
-            w = csv.DictWriter(f, self._columns, extrasaction="ignore")
+    def _csv_text(self, rows: list[dict[str, Any]], header: bool) -> str:
+        out = io.StringIO()
+        w = csv.DictWriter(out, self._columns, extrasaction="ignore")
+        if header:
             w.writeheader()
-            w.writerows(self._rows)
-        os.replace(tmp, self.csv_path)
+        w.writerows(rows)
+        return out.getvalue()
+
+    def _rewrite_csv(self) -> None:
+        write_atomic(self.csv_path, self._csv_text(self._rows, header=True))
 
     def _reset_tensorboard(self) -> None:
         if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+            writer, self._writer = self._writer, None
+            with failing_writes(self.tb_dir):
+                writer.close()
         shutil.rmtree(self.tb_dir, ignore_errors=True)
 
     def _log_tensorboard(self, row: dict[str, Any]) -> None:
@@ -310,8 +330,11 @@ class LocalContext:
                 self._writer.add_scalar(tag, value, int(row["step"]))
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-        self.sync()
-        self.store.close()
+        try:
+            if self._writer is not None:
+                writer, self._writer = self._writer, None
+                with failing_writes(self.tb_dir):
+                    writer.close()
+            self.sync()
+        finally:
+            self.store.close()

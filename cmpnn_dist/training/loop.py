@@ -37,6 +37,8 @@ from typing import Any
 
 import torch
 
+from cmpnn_dist.storage.atomic import write_atomic
+
 from .context import LocalContext, TrainContext, resolve_device
 from .data import TrainData
 from .rng import seed_everything
@@ -128,6 +130,5 @@ def fit(
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)
+    """Whole or not at all; no space left is one error naming ``path``."""
+    write_atomic(path, json.dumps(obj, indent=1))

@@ -28,6 +28,7 @@ from typing import Any
 
 from cmpnn_dist.config import ENV_STORAGE_ROOT, default_storage_root  # noqa: F401 (re-export)
 from cmpnn_dist.storage import fs
+from cmpnn_dist.storage.atomic import failing_writes, write_all
 from cmpnn_dist.storage.errors import StorageError
 
 from .checkpoint_store import CheckpointStore, _delete_dir, filesystem, is_uri
@@ -188,8 +189,15 @@ class RunLock:
             fd = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             return False
-        with os.fdopen(fd, "w") as f:
-            f.write(self._mine())
+        text = self._mine().encode()
+        with failing_writes(local, len(text)):
+            try:
+                write_all(fd, text)
+            except BaseException:
+                local.unlink(missing_ok=True)
+                raise
+            finally:
+                os.close(fd)
         return True
 
     def acquire(self, say: Any = print) -> None:
