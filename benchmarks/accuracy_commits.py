@@ -94,8 +94,11 @@ def cell_row(run_dir: Path) -> dict:
     test = summary["test"]
     row = {"run_dir": str(run_dir), **{m: test[m] for m in METRICS},
            "hits@10_50_as_run": test.get("hits@10_50"),
+           # a run that names no rule computed n_negatives, the only rule there was then
            "hits@10_50_rule_as_run": test.get("hits_negatives_rule", "n_negatives")}
     ranks = run_dir / "ranks_test_all.parquet"
+    if not ranks.is_file() and row["hits@10_50_as_run"] is not None:
+        row[f"hits@10_50_{row['hits@10_50_rule_as_run']}"] = row["hits@10_50_as_run"]
     if ranks.is_file():
         import pyarrow.parquet as pq
         import torch
@@ -147,7 +150,9 @@ def markdown(result: dict) -> str:
         "  the first) / its standard error; |t| > 2.3 (about p < 0.05 at these sizes) is a",
         "  difference the seeds' spread does not explain.",
         "",
-        "| metric | " + " | ".join(f"{c[:7]} (seeds {result['seeds']})" for c in commits)
+        "| metric | " + " | ".join(
+            f"{c[:7]} (seeds {', '.join(str(r['seed']) for r in result['cells'][c])})"
+            for c in commits)
         + " | Welch t |",
         "|---|" + "---|" * (len(commits) + 1),
     ]
