@@ -3,9 +3,13 @@
 ``strace`` (``-e inject=SYSCALL:error=ENOSPC:when=N``) makes one exact system call of a real
 training run fail with ENOSPC: a write, fsync or rename of the checkpoint of step 20, the
 publication of ``best``, a metrics.csv append or rewrite, the test ranks, results.json.
-``N`` is read from an uninjected run of the same command traced the same way (the run's main
-thread issues the same system calls in the same order each time; strace follows only that
-thread), and each injected run's own trace confirms the failed call hit the intended file.
+Every file the run writes itself goes through one positioned write (``pwrite64``,
+``cmpnn_dist.storage.atomic.write_all``), which only the run's main thread calls, as it alone
+calls ``fsync``, ``rename``, ``mkdir`` and ``link``; strace counts each thread's calls
+separately.  ``N`` is read from an uninjected run of the same command traced the same way
+(the main thread issues these calls in the same order each time; the test checks that no
+other thread issued one), and each injected run's own trace confirms the failed call hit the
+intended file.
 
 Each case: exit status 2 with exactly one ``error:`` line (no traceback) naming the path and
 the lack of space, no ``.tmp*`` / ``.old-*`` leftovers in the run folder, the newest
@@ -28,7 +32,7 @@ import pytest
 from _real_run import REPO, TINY
 
 STRACE = shutil.which("strace")
-TRACED = "write,fsync,rename,mkdir,link,linkat"
+TRACED = "pwrite64,fsync,rename,mkdir,link,linkat"
 ARGS = [*TINY, "train.max_steps=30"]  # checkpoints at 10, 20 and 30 (validated: best, final)
 
 pytestmark = pytest.mark.skipif(
@@ -40,44 +44,50 @@ TMP20 = r"checkpoints/\.tmp-step_00000020-[^/]+"  # the temporary folder of chec
 # (case, syscall, regex on the call's first path relative to the run folder, occurrence,
 #  what the error line must name)
 CASES = [
-    ("state_write", "write", TMP20 + r"/state\.pt", 0, "step_00000020"),
+    ("state_write", "pwrite64", TMP20 + r"/state\.pt", 0, "step_00000020"),
     ("state_fsync", "fsync", TMP20 + r"/state\.pt", 0, "step_00000020"),
-    ("manifest_write", "write", TMP20 + r"/manifest\.json", 0, "step_00000020"),
+    ("manifest_write", "pwrite64", TMP20 + r"/manifest\.json", 0, "step_00000020"),
     ("tmp_mkdir", "mkdir", TMP20, 0, "step_00000020"),
     ("rename", "rename", TMP20, 0, "step_00000020"),
     ("best_link", "link", r"checkpoints/step_00000030/state\.pt", 0, "step_00000030"),
-    ("metrics_append", "write", r"metrics\.csv", 14, "metrics.csv"),
-    ("metrics_rewrite", "write", r"\.metrics\.csv\.tmp-[^/]+", 1, "metrics.csv"),
-    ("ranks", "write", r"\.ranks_test_all\.parquet\.tmp-[^/]+", 0, "ranks_test_all.parquet"),
-    ("results", "write", r"\.results\.json\.tmp-[^/]+", 0, "results.json"),
+    ("best_rename", "rename", r"checkpoints/\.tmp-best-[^/]+", 0, "step_00000030"),
+    ("metrics_append", "pwrite64", r"metrics\.csv", 14, "metrics.csv"),
+    ("metrics_rewrite", "pwrite64", r"\.metrics\.csv\.tmp-[^/]+", 1, "metrics.csv"),
+    ("ranks", "pwrite64", r"\.ranks_test_all\.parquet\.tmp-[^/]+", 0, "ranks_test_all.parquet"),
+    ("results", "pwrite64", r"\.results\.json\.tmp-[^/]+", 0, "results.json"),
 ]
 FAST = {"state_write", "rename", "results"}  # the default suite; the rest with --runslow
 
-CALL = re.compile(r'^(\w+)\((?:AT_FDCWD(?:<[^>]*>)?, )?(?:\d+<([^>]*)>|"([^"]*)")')
+CALL = re.compile(r'^(\d+) +(\w+)\((?:AT_FDCWD(?:<[^>]*>)?, )?(?:\d+<([^>]*)>|"([^"]*)")')
 
 
-def trace_calls(log: Path) -> list[tuple[str, str, str]]:
-    """``(syscall, first path argument, the line)`` of each traced call, in order."""
+def trace_calls(log: Path) -> list[tuple[str, str, str, int]]:
+    """``(syscall, first path argument, the line, pid)`` of each traced call, in order."""
     out = []
     for line in log.read_text().splitlines():
         m = CALL.match(line)
         if m:
-            out.append((m.group(1), m.group(2) or m.group(3), line))
+            out.append((m.group(2), m.group(3) or m.group(4), line, int(m.group(1))))
     return out
 
 
-def link_name(calls: list[tuple[str, str, str]]) -> str:
+def strace(log: Path, *extra: str) -> list[str]:
+    """Follow every thread (``-f``), stop only at the traced calls (``--seccomp-bpf``)."""
+    return [STRACE, "-f", "--seccomp-bpf", "-o", str(log), "-y", "-e", f"trace={TRACED}", *extra]
+
+
+def link_name(calls: list[tuple[str, str, str, int]]) -> str:
     """The name of the hard-link syscall this Python uses (``link`` or ``linkat``)."""
     names = {c[0] for c in calls if c[0] in ("link", "linkat")}
     assert len(names) == 1, names
     return names.pop()
 
 
-def run_cli(root: Path, run: str, cwd: Path, strace: list[str]):
+def run_cli(root: Path, run: str, cwd: Path, prefix: list[str]):
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"}
     cmd = [sys.executable, "-m", "cmpnn_dist.train", f"storage_root={root}", f"run_name={run}"]
     return subprocess.run(
-        [*strace, *cmd, *ARGS], capture_output=True, text=True, env=env, cwd=cwd,
+        [*prefix, *cmd, *ARGS], capture_output=True, text=True, env=env, cwd=cwd,
         timeout=600,
     )  # fmt: skip
 
@@ -96,7 +106,9 @@ def straight(tmp_path_factory):
     from cmpnn_dist.convert.prepare import ensure_dataset
     from cmpnn_dist.storage import integrity, open_dataset
 
-    probe = subprocess.run([STRACE, "-o", os.devnull, "true"], capture_output=True, text=True)
+    probe = subprocess.run(
+        [STRACE, "-f", "--seccomp-bpf", "-o", os.devnull, "true"], capture_output=True, text=True
+    )
     if probe.returncode != 0:
         pytest.skip(f"strace cannot trace here: {probe.stderr.strip()}")
     base = tmp_path_factory.mktemp("disk_full")
@@ -106,13 +118,15 @@ def straight(tmp_path_factory):
         mp.setattr(integrity, "SETTLE_NS", -(10**18))  # stamp the files written just now
         open_dataset(path)
     log = base / "straight.strace"
-    out = run_cli(root, "straight", base, [STRACE, "-o", str(log), "-y", "-e", f"trace={TRACED}"])
+    out = run_cli(root, "straight", base, strace(log))
     assert out.returncode == 0, out.stderr
     run_dir = root / "runs" / "straight"
+    calls = trace_calls(log)
+    assert len({c[3] for c in calls}) == 1, "a second thread made a traced call"
     return {
         "root": root,
         "base": base,
-        "calls": trace_calls(log),
+        "calls": calls,
         "summary": json.loads(out.stdout.strip().splitlines()[-1]),
         "history": history(run_dir),
     }
@@ -145,9 +159,7 @@ def test_no_space_at_one_write(straight, case, syscall, pattern, occurrence, nam
     when = hits[occurrence] + 1  # strace counts this thread's calls of `syscall` from 1
 
     log = base / f"{case}.strace"
-    strace = [STRACE, "-o", str(log), "-y", "-e", f"trace={TRACED}"]
-    strace += ["-e", f"inject={syscall}:error=ENOSPC:when={when}"]
-    out = run_cli(root, case, base, strace)
+    out = run_cli(root, case, base, strace(log, "-e", f"inject={syscall}:error=ENOSPC:when={when}"))
     run_dir = root / "runs" / case
     injected = [c for c in trace_calls(log) if c[2].endswith("(INJECTED)")]
     mine = re.compile(re.escape(str(run_dir)) + "/" + pattern + "$")

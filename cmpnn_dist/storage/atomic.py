@@ -13,6 +13,7 @@ space the bytes being written and the free space of that filesystem, e.g.::
   (``.<name>.tmp-<pid>-<id>``), then renames it over ``path``; on any failure the temporary
   file is removed, so ``path`` holds the old content or the new, never half of it.
 * :func:`append_text` appends to a file; on failure the file is cut back to its old size.
+* :func:`write_all` is the one positioned write (``os.pwrite``) underneath them all.
 * :func:`failing_writes` turns such an OSError raised inside its block into the WriteError.
 """
 
@@ -86,11 +87,13 @@ def failing_writes(path: str | Path, nbytes: int | None = None) -> Iterator[None
         raise write_error(exc, path, nbytes) from None
 
 
-def write_all(fd: int, data: bytes | memoryview) -> None:
-    """``os.write`` until every byte of ``data`` is written (a short write is continued)."""
+def write_all(fd: int, data: bytes | memoryview, offset: int = 0) -> None:
+    """Write every byte of ``data`` at ``offset`` of ``fd`` (``os.pwrite``; a short write is
+    continued where it stopped)."""
     view = memoryview(data).cast("B")
     while view:
-        view = view[os.write(fd, view) :]
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
 
 
 def write_atomic(path: str | Path, data: bytes | str, fsync: bool = False) -> Path:
@@ -120,16 +123,17 @@ def write_atomic(path: str | Path, data: bytes | str, fsync: bool = False) -> Pa
 
 
 def append_text(path: str | Path, text: str) -> None:
-    """Append ``text`` to ``path``; when the write fails the file is cut back to its size
-    before the call (no half line is left), and a fatal OSError is a WriteError."""
+    """Append ``text`` to ``path`` (one writer at a time: the run's); when the write fails the
+    file is cut back to its size before the call (no half line is left), and a fatal OSError
+    is a WriteError."""
     path = Path(path)
     raw = text.encode()
     with failing_writes(path, len(raw)):
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
         try:
             size = os.fstat(fd).st_size
             try:
-                write_all(fd, raw)
+                write_all(fd, raw, size)
             except BaseException:
                 os.ftruncate(fd, size)
                 raise

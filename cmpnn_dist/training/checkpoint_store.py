@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from cmpnn_dist.storage import fs
-from cmpnn_dist.storage.atomic import NO_SPACE
+from cmpnn_dist.storage.atomic import NO_SPACE, describe, is_fatal_os_error
 
 from .checkpoint import (
     MANIFEST,
@@ -298,10 +298,17 @@ class CheckpointStore:
             fs.delete_dir(tmp)
             raise
         _drill_pause()
-        if fs.exists(self.best_uri):
+        replaced = fs.exists(self.best_uri)
+        if replaced:
             fs.move(self.best_uri, old)
             _drill_pause()
-        fs.move(tmp, self.best_uri)
+        try:
+            fs.move(tmp, self.best_uri)
+        except BaseException:  # the old best back in place, the staged copy dropped
+            if replaced:
+                fs.move(old, self.best_uri)
+            fs.delete_dir(tmp)
+            raise
         fs.delete_dir(old)
         return True
 
@@ -349,11 +356,18 @@ class CheckpointStore:
     # ------------------------------------------------------------------ one sequence for all
     def publish(self, local: Path, keep_last: int) -> dict[str, Any]:
         """Publish the checkpoint just written at ``local`` (every context calls this): verify
-        it, commit it (upload for a URI), update ``best``, prune.  Returns its manifest."""
+        it, commit it (upload for a URI), update ``best``, prune.  Returns its manifest.  A
+        write that cannot succeed (no space...) is one CheckpointError naming it."""
         manifest = read_manifest(local, verify_checksums=True)
-        self.commit(local)
-        self.update_best(local, manifest)
-        self.prune(keep_last)
+        try:
+            self.commit(local)
+            self.update_best(local, manifest)
+            self.prune(keep_last)
+        except OSError as e:  # disk full, read-only...: one line naming the checkpoint
+            if not is_fatal_os_error(e):
+                raise
+            why = describe(e, local)
+            raise CheckpointError(f"cannot publish checkpoint {local}: {why}") from None
         return manifest
 
     def resume_point(self, resume: bool) -> Found | None:

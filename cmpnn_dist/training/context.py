@@ -43,15 +43,8 @@ import torch
 from torch import Tensor, nn
 
 from cmpnn_dist.storage import fs
-from cmpnn_dist.storage.atomic import (
-    append_text,
-    describe,
-    failing_writes,
-    is_fatal_os_error,
-    write_atomic,
-)
+from cmpnn_dist.storage.atomic import append_text, failing_writes, write_atomic
 
-from .checkpoint import CheckpointError
 from .checkpoint_store import CheckpointStore
 from .interrupt import StopRequests
 from .run_folder import is_nonempty_dir, move_aside
@@ -221,15 +214,8 @@ class LocalContext:
         self._reset_tensorboard()
 
     def commit_checkpoint(self, path: Path) -> dict[str, Any]:
-        """Publish the checkpoint just written at ``path``: verify it, update ``best``, prune.
-        A write that cannot succeed (no space...) is one CheckpointError naming it."""
-        try:
-            manifest = self.store.publish(path, self.keep_last)
-        except OSError as e:
-            if not is_fatal_os_error(e):
-                raise
-            why = describe(e, path)
-            raise CheckpointError(f"cannot publish checkpoint {path}: {why}") from None
+        """Publish the checkpoint just written at ``path``: verify it, update ``best``, prune."""
+        manifest = self.store.publish(path, self.keep_last)
         if self.store.remote:
             shutil.rmtree(path, ignore_errors=True)
         self.sync()
