@@ -25,15 +25,15 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
         "base",
         (
-            "cmpnn_dist.errors", "cmpnn_dist.config", "cmpnn_dist.graph", "cmpnn_dist.arrays",
-            "cmpnn_dist.openmp_env", "cmpnn_dist.paper", "cmpnn_dist.sweep",
+            "cmpnn_dist.errors", "cmpnn_dist.config", "cmpnn_dist.config_keys",
+            "cmpnn_dist.graph", "cmpnn_dist.arrays", "cmpnn_dist.openmp_env", "cmpnn_dist.paper",
         ),
     ),
     ("storage", ("cmpnn_dist.storage",)),
     ("convert", ("cmpnn_dist.convert",)),
     ("ops", ("cmpnn_dist.ops",)),
     ("model", ("cmpnn_dist.model",)),
-    ("evaluation", ("cmpnn_dist.evaluation",)),
+    ("evaluation", ("cmpnn_dist.evaluation", "cmpnn_dist.sweep")),
     ("training", ("cmpnn_dist.training",)),
     ("distributed", ("cmpnn_dist.distributed",)),
     ("applications", ("cmpnn_dist.predict", "cmpnn_dist.wl")),
