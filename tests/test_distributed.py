@@ -166,8 +166,9 @@ def test_evaluate_on_a_ray_run_folder(reference, dataset) -> None:
 
 @pytest.mark.timeout(300)
 def test_checkpoint_that_does_not_fit_is_not_retried(reference, dataset, tmp_path) -> None:
-    """A run folder whose checkpoints were written for another model: one attempt, one error
-    line, exit status 2 (was: max_failures + 1 attempts, then a traceback)."""
+    """A run folder whose checkpoints were written for another model: one error line, exit
+    status 2, and no attempt at all: the resume's newest checkpoint is checked before the run
+    starts a worker (or prints a line), so nothing is retried."""
     root = tmp_path / "root"
     shutil.copytree(reference["root"] / "runs" / "ref", root / "runs" / "ref")
     shutil.copytree(dataset, root / "datasets" / "tiny")
@@ -192,9 +193,9 @@ def test_checkpoint_that_does_not_fit_is_not_retried(reference, dataset, tmp_pat
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, proc.stderr[-3000:]
     assert "model.hidden_dim: 8 in the checkpoint, 16 now" in errors[0]
-    assert "not retried" in errors[0]
-    attempts = (tmp_path / "faults" / "attempts.log").read_text().split()
-    assert attempts.count("rank0") == 1 and attempts.count("rank1") == 1, attempts
+    log = tmp_path / "faults" / "attempts.log"
+    attempts = log.read_text().split() if log.exists() else []
+    assert "rank0" not in attempts and "rank1" not in attempts, attempts
     print(f"non-retryable error reported after {time.monotonic() - start:.1f} s")
     assert [s for s, _ in checkpoint_candidates(str(root / "runs" / "ref"))] == [12, 9, 6]
 
