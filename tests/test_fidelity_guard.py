@@ -54,6 +54,7 @@ def test_the_band_is_narrow_enough_to_mean_something():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # 20 epochs at one thread: ~10 min alone on 2 cores, more when loaded
 def test_fb237_ind_v1_full_budget_lands_inside_the_seed_band(tmp_path):
     data = require_shared_data() / "inductive" / "fb237_v1"
     assert data.is_dir(), data
