@@ -15,6 +15,7 @@ from cmpnn_dist.config import ModelConfig, OpsConfig, PruneConfig
 from cmpnn_dist.evaluation.ranking import tied_rank
 from cmpnn_dist.graph import graph_from_triples
 from cmpnn_dist.model import CMPNN
+from cmpnn_dist.model.init import head_states
 
 NUM_REL = 3
 NUM_NODES = 14
@@ -130,11 +131,11 @@ def slow_pruned(model: CMPNN, g, head: int, rel: int, scale: float = 1.0):
     n, (k, e) = g.num_nodes, pr.budgets(g)
     z = model.query(torch.tensor([rel]))
     h = torch.zeros(n, 1, cfg.hidden_dim, dtype=z.dtype)
-    h[head, 0] = pr.head_states(z)[0]
+    h[head, 0] = head_states(cfg.init, z)[0]
     visited = {head}
     src, dst = g.src.tolist(), g.dst().tolist()
     for layer in model.layers:
-        prio = pr.score(h[:, 0], z.expand(n, -1)).detach()
+        prio = pr.score(h[:, 0], z.expand(n, -1), model.decoder).detach()
         order = sorted(visited, key=lambda v: (-float(prio[v]), v))
         senders = order[:k]
         cand = [i for i in range(g.num_edges) if src[i] in senders]
@@ -142,7 +143,7 @@ def slow_pruned(model: CMPNN, g, head: int, rel: int, scale: float = 1.0):
         cand = sorted(cand, key=lambda i: -float(prio[dst[i]]))[:e]  # stable: ties keep order
         mask = torch.zeros(g.num_edges, dtype=torch.bool)
         mask[cand] = True
-        sig = torch.sigmoid(pr.score(h[:, 0], z.expand(n, -1)))
+        sig = torch.sigmoid(pr.score(h[:, 0], z.expand(n, -1), model.decoder))
         gate = sig if pr.prune.gate == "sigmoid" else 1 + (sig - sig.detach())
         x = h * gate.view(n, 1, 1) * scale
         new = layer(g, x, h, z, edge_mask=mask)
@@ -242,7 +243,7 @@ def test_priority_gradient_straight_through():
         up = loss(slow_pruned(model, g, head, rel, scale=1 + eps)[0])
         down = loss(slow_pruned(model, g, head, rel, scale=1 - eps)[0])
         z = model.query(torch.tensor([rel]))
-        p = model.pruned.score(model.pruned.head_states(z), z)
+        p = model.pruned.score(head_states(model.cfg.init, z), z, model.decoder)
     want = (up - down) / (2 * eps) * torch.sigmoid(p) * (1 - torch.sigmoid(p))
     assert abs(float(want)) > 1e-6
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-9)
@@ -367,11 +368,16 @@ def test_decoder_priority_is_the_final_scorer():
     h = torch.randn(6, 8, dtype=torch.float64)
     z = torch.randn(6, 8, dtype=torch.float64)
     want = pruned.decoder(h.unsqueeze(1), z).squeeze(1)
-    assert torch.equal(pruned.pruned.score(h, z), want)
+    assert torch.equal(pruned.pruned.score(h, z, pruned.decoder), want)
+    # a copy runs on its own decoder: it equals a model built from the copy's weights
+    g = graph()
     copy = deepcopy(pruned)
     with torch.no_grad():
         copy.decoder.out.bias.add_(1.0)
-    assert torch.equal(copy.pruned.score(h, z), want + 1.0)  # the copy scores with its own
+    rebuilt = CMPNN(copy.cfg, NUM_REL, copy.ops).double()
+    rebuilt.load_state_dict(copy.state_dict())
+    got, want = copy(g, *QUERIES), rebuilt(g, *QUERIES)
+    assert torch.equal(got, want) and not torch.allclose(got, pruned(g, *QUERIES))
     mlp = pair(cfg_of(dict(max_nodes=2, max_edges=4, priority="mlp")), seed=4)[0]
     assert any(k.startswith("pruned.priority.") for k in mlp.state_dict())
 
@@ -421,12 +427,15 @@ def test_compiled_senders_match_segment_topk():
 @pytest.mark.parametrize("edge_budget", [1, 3, 1000])
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_compiled_selection_equals_the_torch_path(edge_budget, masked, weighted):
+def test_compiled_selection_equals_the_torch_path(edge_budget, masked, weighted, monkeypatch):
     """The compiled selection and packing return the torch path's senders and packed graph
-    (rows, edges in its order, edge ids when weighted), for every layer of real forwards
-    (visited rows, unvisited receivers at the constant score, ties); the logits are then
-    bit-identical."""
-    _compiled_or_skip()
+    (rows, edges in its order, edge ids when weighted) for the visited states of every layer
+    of real forwards (visited rows, unvisited receivers at the constant score, ties); the
+    logits of the two paths are then bit-identical."""
+    from cmpnn_dist.model.pruned import PrunedPropagation
+    from cmpnn_dist.model.pruned_select import out_index, select_senders, select_subgraph
+
+    kernel = _compiled_or_skip()
     g = graph(seed=2, num_nodes=30, num_facts=120)
     prune = dict(max_nodes=3, max_edges=edge_budget)
     model = pair(cfg_of(prune, num_layers=4, aggregate="pna"), seed=4)[0].eval()
@@ -434,36 +443,36 @@ def test_compiled_selection_equals_the_torch_path(edge_budget, masked, weighted)
     gen = torch.Generator().manual_seed(0)
     mask = (torch.rand(g.num_edges, generator=gen) < 0.8) if masked else None
     weight = torch.rand(g.num_edges, generator=gen) if weighted else None
-    seen = {}
+    original, edges = PrunedPropagation.step, []
 
-    def record(flag):
-        calls = []
-        original = type(model.pruned)._subgraph
-
-        def spy(self, ctx, keys, prio):
-            out = original(self, ctx, keys, prio)
-            s_keys, node_keys, s_rows, packed, edge = out
-            calls.append((s_keys, node_keys, s_rows, packed.indptr, packed.src, packed.rel, edge))
-            return out
-
-        model.pruned.compiled_select = flag
-        type(model.pruned)._subgraph = spy
-        try:
-            with torch.no_grad():
-                logits = model(g, heads, rels, mask, edge_weight=weight)
-        finally:
-            type(model.pruned)._subgraph = original
-        return logits, calls
-
-    for flag in (False, True):
-        seen[flag] = record(flag)
-    (want_logits, want), (got_logits, got) = seen[False], seen[True]
-    assert len(got) == len(want) == 4
-    for layer_want, layer_got in zip(want, got, strict=True):
-        for a, b in zip(layer_want, layer_got, strict=True):
+    def both_paths(self, q, visited, *args):
+        n, batch, slot, prio = g.num_nodes, len(heads), visited.slot, visited.prio
+        senders = select_senders(visited.keys, prio, n, batch, q.k)
+        assert torch.equal(kernel.select_senders(visited.keys, prio, n, batch, q.k), senders)
+        want = select_subgraph(
+            senders, g, batch, mask, slot, prio, q.const, q.e, weighted, q.pmap.clone()
+        )
+        out_mask = None if mask is None else mask[out_index(g)[1]]
+        got = kernel.select_subgraph(
+            senders, n, batch, out_index(g), out_mask, slot, prio, q.const, q.e,
+            g.num_relations, weighted,
+        )  # fmt: skip
+        for a, b in zip((*want[:2], want[3]), (*got[:2], got[3]), strict=True):
             assert (a is None and b is None) or torch.equal(a, b)
-    assert torch.equal(want_logits, got_logits)
-    assert any(len(w[4]) < 120 for w in want), "the budget must drop some edge"
+        for name in ("indptr", "src", "rel"):
+            assert torch.equal(getattr(want[2], name), getattr(got[2], name)), name
+        edges.append(want[2].num_edges)
+        return original(self, q, visited, *args)
+
+    monkeypatch.setattr(PrunedPropagation, "step", both_paths)
+    logits = {}
+    for flag in (False, True):
+        model.pruned.compiled_select = flag
+        with torch.no_grad():
+            logits[flag] = model(g, heads, rels, mask, edge_weight=weight)
+    assert torch.equal(logits[False], logits[True])
+    assert len(edges) == 8
+    assert any(e < 120 for e in edges), "the budget must drop some edge"
 
 
 def test_compiled_subgraph_carries_the_transposed_view():

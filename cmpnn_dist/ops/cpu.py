@@ -198,7 +198,7 @@ def select_subgraph(
     receiver-sorted packed :class:`Graph` (src: sender rows; rel ``b * num_relations + r``;
     its :func:`transposed` view already cached, built in the same pass instead of by a sort)
     and the graph's id of each packed edge (``with_edges``).  The same graph as
-    :meth:`cmpnn_dist.model.pruned.PrunedPropagation._subgraph`'s torch path, edges in its
+    :func:`cmpnn_dist.model.pruned_select.select_subgraph` (the torch path), edges in its
     order."""
     node_keys, s_rows, indptr, src, rel, edge, *view = torch.ops.cmpnn_cpu.select_subgraph(
         s_keys.contiguous(), n, batch, *out_index, edge_mask, slot.contiguous(),
