@@ -55,74 +55,113 @@ def pair(cfg: ModelConfig, seed: int = 0) -> tuple[CMPNN, CMPNN]:
 
 QUERIES = (torch.tensor([0, 3, 5, 7, 3]), torch.tensor([0, 1, 4, 5, 2]))
 BASE = dict(init=2, message=1, aggregate="sum", history="t", readout="none")
-AXES = {
-    "init": [1, 2, 3],
-    "message": [1, 2, 3, "transe", "rotate"],
-    "aggregate": ["sum", "mean", "max", "pna"],
-    "history": ["t", "0"],
-    "readout": ["none", "sum", "relation"],
-    "layer_norm": [True, False],
-    "shortcut": [True, False],
-}
+
+
+def design_axes() -> dict[str, list]:
+    """Every value of every axis of the design space, read from the registries (messages,
+    aggregations) and the config's choices (INIT, history, readout, prior): a new one is
+    covered without editing this file.  INIT 0 is left out: pruned propagation refuses it
+    (:func:`test_refusals`)."""
+    from cmpnn_dist.config import History, Init, ModelPrior, Readout, choices
+    from cmpnn_dist.model import aggregations, messages
+
+    return {
+        "init": [k for k in choices(Init) if k != 0],
+        "message": messages.names(),
+        "aggregate": aggregations.names(),
+        "history": choices(History),
+        "readout": choices(Readout),
+        "prior": choices(ModelPrior),
+        "layer_norm": [True, False],
+        "shortcut": [True, False],
+    }
 
 
 def design_space() -> list[dict]:
     """Every value of every axis from the base; every message with PNA and the relation
-    readout (the widest combination); MSG 3 with a basis decomposition."""
-    out = [dict(BASE, **{axis: v}) for axis, values in AXES.items() for v in values]
-    for msg in AXES["message"]:
+    readout (the widest combination); MSG 3 with a basis decomposition.  No duplicates."""
+    axes = design_axes()
+    out = [dict(BASE, **{axis: v}) for axis, values in axes.items() for v in values]
+    for msg in axes["message"]:
         out.append(dict(BASE, message=msg, aggregate="pna", readout="relation", history="0"))
-    out.append(dict(BASE, message=3, num_bases=2, aggregate="max", readout="sum", init=3))
-    return out
+    out.append(dict(BASE, message="linear", num_bases=2, aggregate="max", readout="sum", init=3))
+    return [kw for i, kw in enumerate(out) if kw not in out[:i]]
 
 
 # the dense model is the limit with either gate (budgets that keep everything select nothing,
 # and the sigmoid gate gives way to the straight-through one) and either priority
-EXACT: dict = {}
 KEEP_ALL = [
-    dict(EXACT, node_ratio=1.0, degree_ratio=1.0),  # the defaults: decoder, sigmoid
-    dict(EXACT, max_nodes=10**6, degree_ratio=1.5, priority="mlp", gate="straight_through"),
+    dict(node_ratio=1.0, degree_ratio=1.0),  # the defaults: decoder, sigmoid
+    dict(max_nodes=10**6, degree_ratio=1.5, priority="mlp", gate="straight_through"),
 ]
+
+
+def check_dense_limit(kw: dict, prune: dict, mask: torch.Tensor | None, grads: bool) -> None:
+    """The pruned model with budgets that keep everything against the dense model with the
+    same weights: logits (and their ranks) on ``graph()``; with ``grads``, every dense
+    parameter's gradient of a weighted sum of the logits.  The priority's gradient also
+    reaches h and z_q (as A*Net's), so ``grads`` needs priority=mlp, whose output weight is
+    zeroed here: that path is then 0."""
+    g = graph()
+    pruned, dense = pair(cfg_of(prune, **kw))
+    if grads:
+        with torch.no_grad():
+            pruned.pruned.priority[2].weight.zero_()
+    weights = torch.linspace(-1, 1, g.num_nodes, dtype=torch.float64)
+    logits = []
+    for model in (pruned, dense):
+        model.train(grads)
+        torch.manual_seed(5)  # INIT 3 draws its noise in the forward pass
+        with torch.set_grad_enabled(grads):
+            logits.append(model(g, *QUERIES, edge_mask=mask))
+        if grads:
+            (logits[-1] * weights).sum().backward()
+    got, want = logits
+    assert torch.allclose(got, want, rtol=1e-9, atol=1e-10), kw
+    ranks = lambda s: (s.unsqueeze(2) > s.unsqueeze(1)).sum(2)  # noqa: E731
+    assert torch.equal(ranks(got), ranks(want)), kw
+    # every node visited and every edge kept in every layer
+    assert pruned.pruned.last_stats[0][2] == len(QUERIES[0]) * g.num_nodes
+    if grads:
+        named = dict(pruned.named_parameters())
+        for name, p in dense.named_parameters():
+            assert p.grad is not None, (kw, name)
+            assert torch.allclose(named[name].grad, p.grad, rtol=1e-8, atol=1e-10), (kw, name)
 
 
 @pytest.mark.parametrize(
     "prune,remove", [(KEEP_ALL[0], False), (KEEP_ALL[1], True)], ids=["ratios", "max_nodes_mask"]
 )
 def test_keep_everything_is_the_dense_model(prune, remove):
-    g = graph()
+    """Over the whole design space: the logits, and (priority=mlp) every gradient."""
     mask = None
     if remove:
-        mask = torch.ones(g.num_edges, dtype=torch.bool)
+        mask = torch.ones(graph().num_edges, dtype=torch.bool)
         mask[::3] = False
     for kw in design_space():
-        pruned, dense = pair(cfg_of(prune, **kw))
-        for model in (pruned, dense):
-            model.eval()
-        torch.manual_seed(5)  # INIT 3 draws its noise in the forward pass
-        got = pruned(g, *QUERIES, edge_mask=mask)
-        torch.manual_seed(5)
-        want = dense(g, *QUERIES, edge_mask=mask)
-        assert torch.allclose(got, want, rtol=1e-9, atol=1e-10), kw
-        ranks = lambda s: (s.unsqueeze(2) > s.unsqueeze(1)).sum(2)  # noqa: E731
-        assert torch.equal(ranks(got), ranks(want)), kw
-        # every node visited and every edge kept in every layer
-        assert pruned.pruned.last_stats[0][2] == len(QUERIES[0]) * g.num_nodes
+        check_dense_limit(kw, prune, mask, grads=prune.get("priority") == "mlp")
 
 
-def test_keep_everything_gradients_match_dense():
-    """The priority's gradient also reaches h and z_q (as A*Net's); with its output weight
-    zeroed that path is 0 and every dense parameter's gradient equals the dense model's."""
-    g = graph()
-    prune = dict(EXACT, node_ratio=1.0, priority="mlp")
-    pruned, dense = pair(cfg_of(prune, aggregate="pna", readout="relation"))
-    with torch.no_grad():
-        pruned.pruned.priority[2].weight.zero_()
-    heads, rels = QUERIES
-    for model in (pruned, dense):
-        model(g, heads, rels)[:, :5].sum().backward()
-    grads = dict(pruned.named_parameters())
-    for name, p in dense.named_parameters():
-        assert torch.allclose(grads[name].grad, p.grad, rtol=1e-8, atol=1e-10), name
+def test_the_design_space_reads_the_registries(monkeypatch):
+    """An aggregation registered elsewhere (here inside the test) is in the design space the
+    dense-limit test runs, and the limit holds for it with no other change."""
+    import cmpnn_dist.config as config_module
+    from cmpnn_dist.model.aggregations import base as registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(config_module, "_REGISTERED_CHOICES", {})
+
+    @registry.register
+    class MaxMinusMin(registry.Aggregation):
+        name, reductions = "max_minus_min", ("max", "min")
+
+        def forward(self, raw):
+            return raw["max"] - raw["min"]
+
+    space = design_space()
+    assert dict(BASE, aggregate="max_minus_min") in space
+    assert {kw["message"] for kw in space} >= {1, "query_mul", "linear", "transe", "rotate"}
+    check_dense_limit(dict(BASE, aggregate="max_minus_min"), KEEP_ALL[1], None, grads=True)
 
 
 def slow_pruned(model: CMPNN, g, head: int, rel: int, scale: float = 1.0):
@@ -260,7 +299,7 @@ def test_explanations_use_the_pruned_subgraph():
     from cmpnn_dist.predict.explain import edge_gradients
 
     g = graph(seed=4, num_nodes=20, num_facts=50)
-    pruned, dense = pair(cfg_of(dict(EXACT, node_ratio=1.0), num_layers=2))
+    pruned, dense = pair(cfg_of(dict(node_ratio=1.0), num_layers=2))
     got, logit = edge_gradients(pruned, g, 3, 1, 7)
     want, want_logit = edge_gradients(dense, g, 3, 1, 7)
     assert abs(logit - want_logit) < 1e-9
