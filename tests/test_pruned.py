@@ -472,7 +472,7 @@ def test_compiled_selection_equals_the_torch_path(edge_budget, masked, weighted,
     of real forwards (visited rows, unvisited receivers at the constant score, ties); the
     logits of the two paths are then bit-identical."""
     from cmpnn_dist.model.pruned import PrunedPropagation
-    from cmpnn_dist.model.pruned_select import out_index, select_senders, select_subgraph
+    from cmpnn_dist.model.pruned_select import select_senders, select_subgraph
 
     kernel = _compiled_or_skip()
     g = graph(seed=2, num_nodes=30, num_facts=120)
@@ -491,9 +491,9 @@ def test_compiled_selection_equals_the_torch_path(edge_budget, masked, weighted,
         want = select_subgraph(
             senders, g, batch, mask, slot, prio, q.const, q.e, weighted, q.pmap.clone()
         )
-        out_mask = None if mask is None else mask[out_index(g)[1]]
+        out_mask = None if mask is None else mask[g.out_index().edge]
         got = kernel.select_subgraph(
-            senders, n, batch, out_index(g), out_mask, slot, prio, q.const, q.e,
+            senders, n, batch, g.out_index(), out_mask, slot, prio, q.const, q.e,
             g.num_relations, weighted,
         )  # fmt: skip
         for a, b in zip((*want[:2], want[3]), (*got[:2], got[3]), strict=True):
@@ -515,12 +515,10 @@ def test_compiled_selection_equals_the_torch_path(edge_budget, masked, weighted,
 
 
 def test_compiled_subgraph_carries_the_transposed_view():
-    """The packed graph from the compiled selection caches the CPU kernel's source-sorted view
+    """The packed graph from the compiled selection keeps the CPU kernel's source-sorted view
     built in the same pass; it equals the one ``ops.cpu.transposed`` builds by a sort."""
     kernel = _compiled_or_skip()
     g = graph(seed=3, num_nodes=40, num_facts=200)
-    from cmpnn_dist.model.pruned_select import out_index
-
     gen = torch.Generator().manual_seed(5)
     n, batch = g.num_nodes, 3
     for e in (2, 7, 1000):
@@ -531,24 +529,26 @@ def test_compiled_subgraph_carries_the_transposed_view():
         score = torch.randn(keys.numel(), generator=gen)
         const = torch.randn(batch, generator=gen)
         _, _, packed, _ = kernel.select_subgraph(
-            s_keys, n, batch, out_index(g), None, slot, score, const, e, g.num_relations
+            s_keys, n, batch, g.out_index(), None, slot, score, const, e, g.num_relations
         )
-        view = packed._cache.pop("cpu_transposed")
-        assert packed.num_edges > 0
-        for got, want in zip(view, kernel.transposed(packed), strict=True):
-            assert got.dtype == want.dtype and torch.equal(got, want)
+        view = kernel.transposed(packed)
+        assert packed.num_edges > 0 and kernel.transposed(packed) is view  # kept
+        packed.invalidate()  # dropped: the next call builds it by a sort
+        built = kernel.transposed(packed)
+        for got, want in zip(view, built, strict=True):
+            assert got is not want and got.dtype == want.dtype and torch.equal(got, want)
 
 
 @pytest.mark.parametrize("dropped", [3, 100])
 def test_out_order_mask_equals_the_gather(dropped):
     """The edge mask in out order equals ``mask[out_edge]`` whether it drops a few edges (the
-    cleared-ones path through the cached inverse) or many (the gather)."""
-    from cmpnn_dist.model.pruned_select import out_index, out_order_mask
+    cleared-ones path through the inverse order) or many (the gather)."""
+    from cmpnn_dist.model.pruned_select import out_order_mask
 
     g = graph(seed=4, num_nodes=30, num_facts=150)
     gen = torch.Generator().manual_seed(dropped)
     mask = torch.ones(g.num_edges, dtype=torch.bool)
     mask[torch.randperm(g.num_edges, generator=gen)[:dropped]] = False
-    for _ in range(2):  # the second call reads the cached inverse
+    for _ in range(2):  # the second call reads the kept inverse
         got = out_order_mask(g, mask)
-        assert torch.equal(got, mask[out_index(g)[1]]) and int((~got).sum()) == dropped
+        assert torch.equal(got, mask[g.out_index().edge]) and int((~got).sum()) == dropped

@@ -56,12 +56,7 @@ from cmpnn_dist.config import ModelConfig
 from cmpnn_dist.graph import Graph
 from cmpnn_dist.model.decoder import Decoder
 from cmpnn_dist.model.layer import Packing
-from cmpnn_dist.model.pruned_select import (
-    out_index,
-    out_order_mask,
-    select_senders,
-    select_subgraph,
-)
+from cmpnn_dist.model.pruned_select import out_order_mask, select_senders, select_subgraph
 from cmpnn_dist.model.pruned_table import Visited
 from cmpnn_dist.model.relation_prior import RelationPrior
 from cmpnn_dist.ops import compiled_cpu
@@ -230,7 +225,7 @@ class PrunedPropagation(nn.Module):
         if kernel is not None:  # selection and packing in one pass per query, no sort
             s_keys = kernel.select_senders(keys, prio, n, batch, q.k)
             node_keys, s_rows, packed, edge = kernel.select_subgraph(
-                s_keys, n, batch, out_index(graph), q.out_mask, visited.slot, prio, q.const,
+                s_keys, n, batch, graph.out_index(), q.out_mask, visited.slot, prio, q.const,
                 q.e, graph.num_relations, with_edges,
             )  # fmt: skip
         else:

@@ -5,8 +5,8 @@ that B queries' subgraphs form one packed graph with no loop over queries:
 
 * :func:`segment_topk`: the top ``k_b`` items of every query by score (ties: the earlier
   item in the input order);
-* :func:`out_edges`: the out-edges of a set of (query, node) pairs through a source-sorted
-  index of the graph (built once per graph and cached on it);
+* :func:`out_edges`: the out-edges of a set of (query, node) pairs through the graph's
+  source-sorted index (:meth:`~cmpnn_dist.graph.Graph.out_index`);
 * :func:`pack_graph`: the packed destination-sorted :class:`~cmpnn_dist.graph.Graph` over the
   union of senders and receivers (rows found through a [B N] int map, no key search), with
   relation ``b * R2 + r`` so that per-query relation parameters become one shared table
@@ -43,49 +43,28 @@ def segment_topk(score: Tensor, segment: Tensor, k: int, num_segments: int) -> T
     return keep
 
 
-def out_index(graph: Graph) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """``(out_ptr int64 [N+1], out_edge int64 [E], out_dst [E], out_rel [E])``: a CSR by
-    source over the destination-sorted graph (edge ids of each source in edge-id order, and
-    their destinations and relations in that order, so that a sender's out-edges are read
-    from contiguous memory); cached on ``graph``."""
-    key = "pruned_out_index"
-    if key not in graph._cache:
-        order = torch.sort(graph.src, stable=True).indices
-        count = torch.bincount(graph.src, minlength=graph.num_nodes)
-        ptr = torch.zeros(graph.num_nodes + 1, dtype=torch.long, device=graph.device)
-        ptr[1:] = torch.cumsum(count, 0)
-        graph._cache[key] = (ptr, order, graph.dst()[order], graph.rel[order])
-    return graph._cache[key]
-
-
 def out_order_mask(graph: Graph, edge_mask: Tensor) -> Tensor:
-    """``edge_mask`` (bool [E], by edge id) in :func:`out_index` order, ``edge_mask[out_edge]``.
+    """``edge_mask`` (bool [E], by edge id) in out-edge order (:meth:`Graph.out_index`),
+    ``edge_mask[out_edge]``.
 
     A training mask drops a few edges (those of the batch's query pairs): then the dropped
-    ones are cleared in a mask of ones through the cached inverse of ``out_edge`` (one pass
-    to find them), instead of gathering all E entries through a permutation."""
+    ones are cleared in a mask of ones through the inverse of ``out_edge``
+    (:meth:`Graph.out_position`; one pass to find them), instead of gathering all E entries
+    through a permutation."""
     removed = (~edge_mask).nonzero().squeeze(1)
     if removed.numel() * 64 > edge_mask.numel():
-        return edge_mask.index_select(0, out_index(graph)[1])
-    key = "pruned_out_position"
-    if key not in graph._cache:  # out position of each edge id
-        out_edge = out_index(graph)[1]
-        dtype = torch.int32 if out_edge.numel() < 2**31 else torch.long
-        pos = torch.empty(out_edge.numel(), dtype=dtype, device=out_edge.device)
-        graph._cache[key] = pos.index_copy_(
-            0, out_edge, torch.arange(out_edge.numel(), dtype=dtype, device=out_edge.device)
-        )
+        return edge_mask.index_select(0, graph.out_index().edge)
     keep = torch.ones_like(edge_mask)
-    return keep.index_fill_(0, graph._cache[key].index_select(0, removed).long(), False)
+    return keep.index_fill_(0, graph.out_position().index_select(0, removed).long(), False)
 
 
 def out_edges(graph: Graph, nodes: Tensor) -> tuple[Tensor, Tensor]:
     """Every out-edge of each of ``nodes`` (int64 [S]).
 
     Returns ``(owner int64 [C], pos int64 [C])``: candidate c leaves ``nodes[owner[c]]``; it
-    is edge ``out_edge[pos[c]]`` of :func:`out_index` (destination ``out_dst[pos[c]]``,
-    relation ``out_rel[pos[c]]``); grouped by owner in input order, then by edge id."""
-    ptr = out_index(graph)[0]
+    is edge ``edge[pos[c]]`` of :meth:`Graph.out_index` (destination ``dst[pos[c]]``,
+    relation ``rel[pos[c]]``); grouped by owner in input order, then by edge id."""
+    ptr = graph.out_index().ptr
     begin = ptr.index_select(0, nodes)
     deg = ptr.index_select(0, nodes + 1) - begin
     owner = torch.repeat_interleave(torch.arange(nodes.numel(), device=nodes.device), deg)
@@ -147,7 +126,7 @@ def select_subgraph(
     n, r2 = graph.num_nodes, graph.num_relations
     s_b = s_keys // n
     owner, pos = out_edges(graph, s_keys - s_b * n)
-    _, out_edge, out_dst, out_rel = out_index(graph)
+    _, out_edge, out_dst, out_rel = graph.out_index()
 
     def take(idx: Tensor, *arrays: Tensor) -> list[Tensor]:
         return [a.index_select(0, idx) for a in arrays]
