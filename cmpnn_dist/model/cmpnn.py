@@ -19,39 +19,12 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
-from cmpnn_dist.config import History, ModelConfig, ModelPrior, OpsConfig, choices, prior_conflict
+from cmpnn_dist.config import ModelConfig, OpsConfig, check_model
 from cmpnn_dist.graph import Graph
 from cmpnn_dist.model.decoder import Decoder
-from cmpnn_dist.model.init import INIT_KINDS, head_states, initial_states
+from cmpnn_dist.model.init import head_states, initial_states
 from cmpnn_dist.model.layer import CMPNNLayer
-from cmpnn_dist.model.readout import READOUT_KINDS, relation_node_sets
-
-HISTORY_KINDS = choices(History)  # the one list: cmpnn_dist.config
-PRIOR_KINDS = choices(ModelPrior)
-
-
-def check_model_config(cfg: ModelConfig) -> None:
-    """Raise ValueError naming the first invalid ``model.*`` key.  ``model.aggregate`` and
-    ``model.message`` (with the message function's own rules) are checked where each layer
-    builds them (:func:`cmpnn_dist.model.aggregations.build`,
-    :func:`cmpnn_dist.model.messages.build`), in the same words."""
-    checks = [
-        ("init", cfg.init, INIT_KINDS),
-        ("history", str(cfg.history), HISTORY_KINDS),
-        ("readout", cfg.readout, READOUT_KINDS),
-        ("prior", getattr(cfg, "prior", "none"), PRIOR_KINDS),  # configs from before it: none
-    ]
-    for key, value, allowed in checks:
-        if value not in allowed:
-            raise ValueError(f"model.{key}={value!r} is not one of {list(allowed)}")
-    for key in ("num_layers", "hidden_dim", "decoder_hidden_dim"):
-        value = getattr(cfg, key)
-        if not isinstance(value, int) or value < (0 if key == "num_layers" else 1):
-            raise ValueError(f"model.{key}={value!r} must be a positive integer")
-    if cfg.num_bases is not None and (not isinstance(cfg.num_bases, int) or cfg.num_bases < 1):
-        raise ValueError(f"model.num_bases={cfg.num_bases!r} must be a positive integer or null")
-    if (why := prior_conflict(cfg)) is not None:
-        raise ValueError(why)
+from cmpnn_dist.model.readout import relation_node_sets
 
 
 class CMPNN(nn.Module):
@@ -64,7 +37,7 @@ class CMPNN(nn.Module):
 
     def __init__(self, cfg: ModelConfig, num_relations: int, ops: OpsConfig | None = None):
         super().__init__()
-        check_model_config(cfg)
+        check_model(cfg)  # the schema's choices and bounds, the model section's joint rules
         if num_relations < 1:
             raise ValueError(f"num_relations must be >= 1, got {num_relations}")
         self.cfg = cfg
@@ -76,12 +49,12 @@ class CMPNN(nn.Module):
         self.layers = nn.ModuleList(CMPNNLayer(cfg, r2, self.ops) for _ in range(cfg.num_layers))
         self.decoder = Decoder(dim, cfg.decoder_hidden_dim)
         self.prior = None  # model.prior=relations: W[q] . e_v added to every logit
-        if getattr(cfg, "prior", "none") == "relations":
+        if cfg.prior == "relations":
             from cmpnn_dist.model.relation_prior import RelationPrior
 
             self.prior = RelationPrior(r2, dim, cfg.prior_hops)
         self.pruned = None  # model.propagation=pruned: selection, packing, visited table
-        if getattr(cfg, "propagation", "dense") == "pruned":
+        if cfg.propagation == "pruned":
             from cmpnn_dist.model.pruned import PrunedPropagation
 
             self.pruned = PrunedPropagation(cfg, r2)

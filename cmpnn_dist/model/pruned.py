@@ -40,7 +40,7 @@ The dense model is the limit: when the node budget covers the graph (k >= N), ev
 visited from the start (with its initial state), so every node sends and is updated; with
 e >= E every edge is kept, nothing is selected, the sigmoid gate (the default, as A*Net) gives
 way to the straight-through one (forward value 1) and the forward pass is the dense one.
-INIT 0 is refused: it has no head indicator to start from.
+INIT 0 is refused (:func:`cmpnn_dist.config.model_conflict`): it has no head indicator.
 """
 
 from __future__ import annotations
@@ -60,15 +60,6 @@ from cmpnn_dist.model.pruned_select import out_order_mask, select_senders, selec
 from cmpnn_dist.model.pruned_table import Visited
 from cmpnn_dist.model.relation_prior import RelationPrior
 from cmpnn_dist.ops import compiled_cpu
-
-
-def check_prune_config(cfg: ModelConfig) -> None:
-    """Raise ValueError when ``cfg`` cannot run pruned (INIT 0)."""
-    if int(cfg.init) == 0:
-        raise ValueError(
-            "model.propagation=pruned needs model.init 1-3: INIT 0 has no head indicator "
-            "to start from"
-        )
 
 
 @dataclass(frozen=True)
@@ -138,7 +129,6 @@ class PrunedPropagation(nn.Module):
 
     def __init__(self, cfg: ModelConfig, num_relations: int):
         super().__init__()
-        check_prune_config(cfg)
         dim = cfg.hidden_dim
         self.prune = cfg.prune
         self.history = str(cfg.history)
