@@ -372,19 +372,37 @@ def register_check(check: Callable[[Config], None]) -> Callable[[Config], None]:
     return check
 
 
-def prior_conflict(m: ModelConfig) -> str | None:
-    """Why ``model.prior`` cannot be used as ``m`` sets it (one line), or None."""
-    if getattr(m, "prior", "none") == "none":  # configs from before the key: none
-        return None
-    if m.family != "cmpnn":
+def model_conflict(m: ModelConfig) -> str | None:
+    """Why fields of the ``model`` section cannot go together (one line naming the keys), or
+    None: every rule that joins ``model.*`` fields, each written here once (the model's
+    constructor asks :func:`check_model`, a run's config :func:`validate`)."""
+    if m.num_bases is not None and m.message not in (3, "linear") and m.family != "rgcn":
+        return (
+            f"model.num_bases={m.num_bases} is used only with model.message=3 or model.family=rgcn"
+        )
+    if m.propagation == "pruned" and (m.family != "cmpnn" or m.init == 0):
+        return (
+            f"model.propagation=pruned needs model.family=cmpnn with model.init 1-3 (got "
+            f"family={m.family}, init={m.init}): INIT 0 has no head indicator to start from"
+        )
+    if m.prior != "none" and m.family != "cmpnn":
         return f"model.prior={m.prior} applies to model.family=cmpnn only (got {m.family})"
-    if getattr(m, "propagation", "dense") == "pruned" and m.prune.unvisited != "constant":
+    if m.prior != "none" and m.propagation == "pruned" and m.prune.unvisited != "constant":
         return (
             f"model.prior={m.prior} already scores every candidate: "
             f"model.prune.unvisited={m.prune.unvisited} would add a second prior to the "
             "unvisited ones (use model.prune.unvisited=constant)"
         )
     return None
+
+
+def check_model(m: ModelConfig) -> None:
+    """The ``model`` section on its own (a model built from a ModelConfig in code, without a
+    run's :func:`validate`): every field against the schema, then :func:`model_conflict`;
+    raises :class:`ConfigError` naming the key."""
+    validate_section(m, "model.")
+    if (why := model_conflict(m)) is not None:
+        raise ConfigError(why)
 
 
 def validate(cfg: Config) -> None:
@@ -403,11 +421,9 @@ def validate(cfg: Config) -> None:
             f"train.batch_size={cfg.train.batch_size} is the global batch and must be "
             f"divisible by cluster.num_workers={cfg.cluster.num_workers}"
         )
-    m, t = cfg.model, cfg.train
-    if m.num_bases is not None and m.message not in (3, "linear") and m.family != "rgcn":
-        raise ConfigError(
-            f"model.num_bases={m.num_bases} is used only with model.message=3 or model.family=rgcn"
-        )
+    t = cfg.train
+    if (why := model_conflict(cfg.model)) is not None:
+        raise ConfigError(why)
     for check in _REGISTERED_CHECKS:  # rules registered by the layers below (message functions)
         try:
             check(cfg)
@@ -415,13 +431,6 @@ def validate(cfg: Config) -> None:
             raise
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-    if (why := prior_conflict(m)) is not None:
-        raise ConfigError(why)
-    if m.propagation == "pruned" and (m.family != "cmpnn" or m.init == 0):
-        raise ConfigError(
-            f"model.propagation=pruned needs model.family=cmpnn with model.init 1-3 (got "
-            f"family={m.family}, init={m.init}): INIT 0 has no head indicator to start from"
-        )
     if cfg.data.node_types is not None and not cfg.data.source.startswith("tsv:"):
         raise ConfigError(
             f"data.node_types applies to tsv: sources only; {cfg.data.source} brings its own "

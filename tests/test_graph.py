@@ -1,4 +1,6 @@
-"""Graph.query_edge_mask: every removal mode against a brute-force scan of the edge list."""
+"""Graph.query_edge_mask: every removal mode against a brute-force scan of the edge list; the
+derived structures (out-edge index, relation pairs, ...) against loops over the edge list, and
+their invalidation (Graph.invalidate, PerGraph)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import pytest
 import torch
 from _host_sync import host_syncs
 
-from cmpnn_dist.graph import Graph, graph_from_triples
+from cmpnn_dist.graph import Graph, PerGraph, graph_from_triples
 
 NUM_NODES, NUM_REL = 12, 3
 
@@ -105,3 +107,49 @@ def test_mask_of_a_graph_without_edges():
     graph = Graph(3, 2, torch.zeros(4, dtype=torch.long), torch.zeros(0, dtype=torch.long),
                   torch.zeros(0, dtype=torch.long))  # fmt: skip
     assert graph.query_edge_mask(torch.tensor([[0, 0, 1]]), "query").shape == (0,)
+
+
+def test_derived_structures_against_loops_over_the_edges():
+    g = graph_from_triples(NUM_NODES, NUM_REL, dense_facts(3))
+    edges = all_edges(g)
+    ptr, edge, dst, rel = g.out_index()
+    for v in range(NUM_NODES):  # each source's edge ids in edge-id order
+        ids = [e for e, (s, _, _) in enumerate(edges) if s == v]
+        assert edge[ptr[v] : ptr[v + 1]].tolist() == ids
+    assert dst.tolist() == [edges[e][2] for e in edge] and rel.tolist() == [
+        edges[e][1] for e in edge
+    ]
+    assert all(int(edge[p]) == e for e, p in enumerate(g.out_position().tolist()))
+    pairs = sorted({(d, r) for _, r, d in edges})
+    node, prel, edge_pair, counts = g.relation_pairs()
+    assert list(zip(node.tolist(), prel.tolist(), strict=True)) == pairs
+    assert [pairs[p] for p in edge_pair.tolist()] == [(d, r) for _, r, d in edges]
+    assert counts.tolist() == [sum((d, r) == pair for _, r, d in edges) for pair in pairs]
+    assert g.max_in_degree() == max(sum(d == v for *_, d in edges) for v in range(NUM_NODES))
+    assert g.indptr_numpy().tolist() == g.indptr.tolist()
+    assert g.out_index() is g.out_index()  # built once
+
+
+def test_invalidate_drops_what_was_derived_here_and_in_per_graph_caches():
+    g = graph_from_triples(NUM_NODES, NUM_REL, dense_facts(4))
+    cache: PerGraph[int, list] = PerGraph()
+    built = []
+    value = cache.get(g, 1, lambda: built.append(1) or ["one"])
+    assert cache.get(g, 1, lambda: built.append(1) or ["again"]) is value and built == [1]
+    assert cache.get(g, 2, lambda: ["two"]) == ["two"]  # another key
+    before = g.relation_pairs()
+    g.rel.copy_((g.rel + 1) % g.num_relations)  # changed in place, then declared
+    g.invalidate()
+    assert cache.get(g, 1, lambda: ["rebuilt"]) == ["rebuilt"]
+    after = g.relation_pairs()
+    assert after is not before
+    assert sorted(zip(after.node.tolist(), after.rel.tolist(), strict=True)) == sorted(
+        {(d, r) for _, r, d in all_edges(g)}
+    )
+    other = Graph(g.num_nodes, g.num_relations, g.indptr, g.src, g.rel)  # no shared entries
+    assert cache.get(other, 1, lambda: ["other"]) == ["other"]
+    del other
+    import gc
+
+    gc.collect()
+    assert len(cache) == 1  # a graph that is gone leaves nothing behind

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from cmpnn_dist.config import ModelConfig, OpsConfig
+from cmpnn_dist.config import ModelConfig, OpsConfig, PruneConfig
 from cmpnn_dist.graph import graph_from_triples
 from cmpnn_dist.model import CMPNN
 
@@ -273,6 +273,33 @@ def test_parameter_count_equals_the_architecture(options):
     model = CMPNN(ModelConfig(**options), 7)
     rest = {k: v for k, v in options.items() if k != "shortcut"}
     assert trainable(model) == architecture_count(7, **rest)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(num_bases=2),  # with MSG 1
+        dict(propagation="pruned", init=0),
+        dict(family="rgcn", prior="relations"),
+        dict(propagation="pruned", prior="relations", prune=PruneConfig(unvisited="relations")),
+        dict(hidden_dim=0),  # a bound of the schema
+        dict(history="1"),  # a choice of the schema
+    ],
+)
+def test_the_model_refuses_a_config_in_the_words_of_validate(fields):
+    """A ModelConfig built in code meets the same checks as a run's config: the schema's
+    choices and bounds and the model section's joint rules, one error line each."""
+    from cmpnn_dist.config import Config, ConfigError, validate
+
+    model_cfg = ModelConfig(**fields)
+    with pytest.raises(ConfigError) as built:
+        CMPNN(model_cfg, NUM_REL)
+    cfg = Config()
+    cfg.model = model_cfg
+    with pytest.raises(ConfigError) as validated:
+        validate(cfg)
+    assert str(built.value) == str(validated.value)
+    assert "model." in str(built.value) and "\n" not in str(built.value)
 
 
 def test_bad_config_and_graph_are_readable_errors():

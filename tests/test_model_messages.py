@@ -54,7 +54,7 @@ def test_registry_values():
             messages.resolve(bad)
     with pytest.raises(ValueError, match="model.message=rotate needs an even model.hidden_dim"):
         _model(message="rotate", hidden_dim=5)
-    with pytest.raises(ValueError, match="model.message='bogus'"):
+    with pytest.raises(ValueError, match="'bogus' for model.message"):
         _model(message="bogus")
     # the config's validation asks the registry too: one ConfigError before any work
     cfg = Config()

@@ -324,6 +324,35 @@ def test_cli_explain_and_draw(run_dir, predictor, facts, tmp_path, capsys):
     assert matplotlib.image.imread(png).shape[0] > 100
 
 
+def test_loading_a_model_imports_no_training_loop(run_dir, predictor):
+    """A fresh process that loads the checkpoint for prediction imports, of the training
+    package, only the checkpoint reader (no loop, sampler, trainer, data or loss), and no
+    Ray; its scores equal those of this process's predictor."""
+    code = (
+        "import sys\n"
+        "from cmpnn_dist.predict import Predictor\n"
+        f"p = Predictor.from_checkpoint({str(run_dir)!r}, device='cpu')\n"
+        "print(repr(p.predict(head=p.entities.names[0], relation=p.relations.names[0], "
+        "topk=3)['score'].tolist()))\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('cmpnn_dist.training'))))\n"
+        "print('ray' in sys.modules)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    scores, modules, ray = proc.stdout.strip().splitlines()[-3:]
+    names, rels = predictor.entities.names, predictor.relations.names
+    assert scores == repr(
+        predictor.predict(head=names[0], relation=rels[0], topk=3)["score"].tolist()
+    )
+    loaded = set(modules.split())
+    assert "cmpnn_dist.training.restore" in loaded  # the checkpoint reader did run
+    training_only = ("loop", "sampler", "trainer", "data", "loss", "builders", "context")
+    assert not loaded & {f"cmpnn_dist.training.{m}" for m in training_only}, loaded
+    assert ray == "False"
+
+
 @pytest.mark.gpu
 def test_cuda_predictions_and_explanations_equal_the_cpus(run_dir, predictor, facts):
     gpu = Predictor.from_checkpoint(run_dir, device="cuda")

@@ -18,7 +18,6 @@ SCRIPT = textwrap.dedent(
     from cmpnn_dist.config import ModelConfig, OpsConfig, PruneConfig
     from cmpnn_dist.graph import Graph
     from cmpnn_dist.model import CMPNN
-    from cmpnn_dist.model.pruned_select import out_index
 
     torch.manual_seed(0)
     n, f, r = {N}, {FACTS}, 4
@@ -30,7 +29,7 @@ SCRIPT = textwrap.dedent(
     indptr[1:] = torch.cumsum(torch.bincount(dst, minlength=n), 0)
     graph = Graph(n, 2 * r, indptr, src, rel)
     del src, dst, order, h, t
-    graph.dst(), out_index(graph)  # per-graph indexes (cached; not per query)
+    graph.dst(), graph.out_index()  # per-graph indexes (kept; not per query)
     cfg = ModelConfig(num_layers=3, hidden_dim={D}, decoder_hidden_dim={D},
                       propagation="pruned", prune=PruneConfig(max_nodes=500))
     model = CMPNN(cfg, r, OpsConfig(impl="reference"))

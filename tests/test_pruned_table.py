@@ -58,17 +58,56 @@ def test_split_rows_gradcheck(use):
 def test_merge_rows_in_place_without_autograd():
     """Without autograd merge_rows writes into a buffer that it grows by doubling (the same
     storage while it fits), with the same values as with autograd."""
-    buffers: dict = {}
     old = torch.arange(6.0).reshape(3, 2)
     with torch.no_grad():
-        a = merge_rows(buffers, "h", old, torch.tensor([1, 3]), torch.ones(2, 2), 4)
-        b = merge_rows(buffers, "h", a, torch.tensor([0, 4]), 2 * torch.ones(2, 2), 5)
-    assert a.data_ptr() == b.data_ptr() and buffers["h"].shape[0] >= 6
+        a, buffer = merge_rows(None, old, torch.tensor([1, 3]), torch.ones(2, 2), 4)
+        b, buffer = merge_rows(buffer, a, torch.tensor([0, 4]), 2 * torch.ones(2, 2), 5)
+    assert a.data_ptr() == b.data_ptr() and buffer.shape[0] >= 6
     want = torch.cat([old, torch.zeros(2, 2)])
     want[[1, 3]] = 1
     want[[0, 4]] = 2
     assert torch.equal(b, want)
-    step = merge_rows({}, "h", old, torch.tensor([1, 3]), torch.ones(2, 2), 4)
+    step, none = merge_rows(None, old, torch.tensor([1, 3]), torch.ones(2, 2), 4)
+    assert none is None
     assert torch.equal(
-        merge_rows({}, "h", step, torch.tensor([0, 4]), 2 * torch.ones(2, 2), 5), want
+        merge_rows(None, step, torch.tensor([0, 4]), 2 * torch.ones(2, 2), 5)[0], want
     )
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_visited_table_against_a_dict(grad):
+    """Three layers' reads and writes of the visited table against a dict of key -> state:
+    a read returns the visited states (0 for a new key) and each key's row after the write,
+    new keys get the next rows in the order read; with and without autograd."""
+    from cmpnn_dist.model.pruned_table import Visited
+
+    gen = torch.Generator().manual_seed(0)
+    first = torch.tensor([5, 2])
+    h0 = torch.randn(2, 3, generator=gen, dtype=torch.float64, requires_grad=grad)
+    table = Visited.start(first, h0, h0.sum(1), num_keys=12)
+    want = {5: h0[0].detach(), 2: h0[1].detach()}
+    order = [5, 2]
+    with torch.set_grad_enabled(grad):
+        for keys in ([1, 2, 7], [0, 5, 7, 11], [2, 3]):
+            keys = torch.tensor(keys)
+            h, rows, new_keys, _table = table.read(keys)
+            for i, key in enumerate(keys.tolist()):
+                assert torch.equal(h[i].detach(), want.get(key, torch.zeros(3, dtype=h.dtype)))
+            fresh = [k for k in keys.tolist() if k not in want]
+            assert new_keys.tolist() == fresh
+            order += fresh
+            assert rows.tolist() == [order.index(k) for k in keys.tolist()]
+            out = h * 2 + 1
+            table.write(rows, new_keys, _table, out, out.sum(1))
+            for i, key in enumerate(keys.tolist()):
+                want[key] = out[i].detach()
+    assert table.keys.tolist() == order
+    assert torch.equal(table.h.detach(), torch.stack([want[k] for k in order]))
+    assert torch.equal(table.prio.detach(), table.h.detach().sum(1))
+    slot = torch.full((12,), -1)
+    slot[torch.tensor(order)] = torch.arange(len(order))
+    assert torch.equal(table.slot.long(), slot)
+    if grad:  # d/dh0 of the sum: 2 per layer that read and rewrote the state (5: one, 2: two)
+        table.h.sum().backward()
+        want_grad = torch.tensor([[2.0] * 3, [4.0] * 3], dtype=torch.float64)
+        assert torch.equal(h0.grad, want_grad)

@@ -197,12 +197,12 @@ def test_evaluation_caches_the_embedding_until_a_parameter_moves():
     prior = model.pruned.unvisited
     with torch.no_grad():
         first = model(g, *QUERIES)
-        cached = g._cache["relation_prior_embed"][1]
+        cached = prior.eval_cache.embedding
         assert torch.equal(model(g, *QUERIES), first)
-        assert g._cache["relation_prior_embed"][1] is cached
+        assert prior.eval_cache.embedding is cached
         prior.neighbours[0].bias.add_(0.5)  # an optimizer step
         moved = model(g, *QUERIES)
-    assert g._cache["relation_prior_embed"][1] is not cached
+    assert prior.eval_cache.embedding is not cached
     assert torch.equal(moved, model(g, *QUERIES))  # with autograd: computed afresh, the same
     assert not torch.equal(moved, first)
     prior.profile.weight.data = prior.profile.weight.data * 2  # replaced, not updated in place

@@ -1,7 +1,7 @@
 """C-MPNN layers (no training code): ``CMPNN(cfg, num_relations, ops)``."""
 
 from cmpnn_dist.model.aggregations import Aggregation
-from cmpnn_dist.model.cmpnn import CMPNN, check_model_config
+from cmpnn_dist.model.cmpnn import CMPNN
 from cmpnn_dist.model.decoder import Decoder
 from cmpnn_dist.model.init import initial_states
 from cmpnn_dist.model.layer import CMPNNLayer
@@ -15,7 +15,6 @@ __all__ = [
     "Decoder",
     "MessageFunction",
     "Readout",
-    "check_model_config",
     "initial_states",
     "relation_node_sets",
 ]

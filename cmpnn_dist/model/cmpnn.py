@@ -19,39 +19,12 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
-from cmpnn_dist.config import History, ModelConfig, ModelPrior, OpsConfig, choices, prior_conflict
+from cmpnn_dist.config import ModelConfig, OpsConfig, check_model
 from cmpnn_dist.graph import Graph
 from cmpnn_dist.model.decoder import Decoder
-from cmpnn_dist.model.init import INIT_KINDS, initial_states
+from cmpnn_dist.model.init import head_states, initial_states
 from cmpnn_dist.model.layer import CMPNNLayer
-from cmpnn_dist.model.readout import READOUT_KINDS, relation_node_sets
-
-HISTORY_KINDS = choices(History)  # the one list: cmpnn_dist.config
-PRIOR_KINDS = choices(ModelPrior)
-
-
-def check_model_config(cfg: ModelConfig) -> None:
-    """Raise ValueError naming the first invalid ``model.*`` key.  ``model.aggregate`` and
-    ``model.message`` (with the message function's own rules) are checked where each layer
-    builds them (:func:`cmpnn_dist.model.aggregations.build`,
-    :func:`cmpnn_dist.model.messages.build`), in the same words."""
-    checks = [
-        ("init", cfg.init, INIT_KINDS),
-        ("history", str(cfg.history), HISTORY_KINDS),
-        ("readout", cfg.readout, READOUT_KINDS),
-        ("prior", getattr(cfg, "prior", "none"), PRIOR_KINDS),  # configs from before it: none
-    ]
-    for key, value, allowed in checks:
-        if value not in allowed:
-            raise ValueError(f"model.{key}={value!r} is not one of {list(allowed)}")
-    for key in ("num_layers", "hidden_dim", "decoder_hidden_dim"):
-        value = getattr(cfg, key)
-        if not isinstance(value, int) or value < (0 if key == "num_layers" else 1):
-            raise ValueError(f"model.{key}={value!r} must be a positive integer")
-    if cfg.num_bases is not None and (not isinstance(cfg.num_bases, int) or cfg.num_bases < 1):
-        raise ValueError(f"model.num_bases={cfg.num_bases!r} must be a positive integer or null")
-    if (why := prior_conflict(cfg)) is not None:
-        raise ValueError(why)
+from cmpnn_dist.model.readout import relation_node_sets
 
 
 class CMPNN(nn.Module):
@@ -64,7 +37,7 @@ class CMPNN(nn.Module):
 
     def __init__(self, cfg: ModelConfig, num_relations: int, ops: OpsConfig | None = None):
         super().__init__()
-        check_model_config(cfg)
+        check_model(cfg)  # the schema's choices and bounds, the model section's joint rules
         if num_relations < 1:
             raise ValueError(f"num_relations must be >= 1, got {num_relations}")
         self.cfg = cfg
@@ -76,15 +49,15 @@ class CMPNN(nn.Module):
         self.layers = nn.ModuleList(CMPNNLayer(cfg, r2, self.ops) for _ in range(cfg.num_layers))
         self.decoder = Decoder(dim, cfg.decoder_hidden_dim)
         self.prior = None  # model.prior=relations: W[q] . e_v added to every logit
-        if getattr(cfg, "prior", "none") == "relations":
+        if cfg.prior == "relations":
             from cmpnn_dist.model.relation_prior import RelationPrior
 
             self.prior = RelationPrior(r2, dim, cfg.prior_hops)
-        self.pruned = None  # model.propagation=pruned: the priority and the pruned forward
-        if getattr(cfg, "propagation", "dense") == "pruned":
+        self.pruned = None  # model.propagation=pruned: selection, packing, visited table
+        if cfg.propagation == "pruned":
             from cmpnn_dist.model.pruned import PrunedPropagation
 
-            self.pruned = PrunedPropagation(cfg, self.decoder, r2)
+            self.pruned = PrunedPropagation(cfg, r2)
 
     def _check(self, graph: Graph, heads: Tensor, rels: Tensor) -> None:
         if graph.num_relations != 2 * self.num_relations:
@@ -94,6 +67,17 @@ class CMPNN(nn.Module):
             )
         if heads.dim() != 1 or heads.shape != rels.shape:
             raise ValueError(f"heads and rels must be [B], got {heads.shape} and {rels.shape}")
+
+    def _queries(
+        self, graph: Graph, heads: Tensor, rels: Tensor, edge_mask: Tensor | None
+    ) -> tuple[Tensor, tuple[Tensor, Tensor] | None]:
+        """``(z_q float [B, d], node_sets)`` of a batch (arguments checked): the node sets
+        V_q^+ / V_q^- for the relation readout, else None."""
+        self._check(graph, heads, rels)
+        node_sets = None
+        if self.cfg.readout == "relation":
+            node_sets = relation_node_sets(graph, rels, edge_mask)
+        return self.query(rels), node_sets
 
     def encode(
         self,
@@ -106,12 +90,8 @@ class CMPNN(nn.Module):
         """Returns ``(h^(T) float [N, B, d], z_q float [B, d])``; arguments as :meth:`forward`,
         where ``edge_weight`` may also be a list of one weight tensor per layer (layer t
         scales its messages by ``edge_weight[t]``: per-layer path explanations)."""
-        self._check(graph, heads, rels)
-        z_q = self.query(rels)
+        z_q, node_sets = self._queries(graph, heads, rels, edge_mask)
         h0 = initial_states(self.cfg.init, heads, z_q, graph.num_nodes)
-        node_sets = None
-        if self.cfg.readout == "relation":
-            node_sets = relation_node_sets(graph, rels, edge_mask)
         h = h0
         weights = _per_layer(edge_weight, len(self.layers))
         for layer, weight in zip(self.layers, weights, strict=True):
@@ -152,17 +132,42 @@ class CMPNN(nn.Module):
         Returns: logits float [B, N].
         """
         if self.pruned is not None:  # model.propagation=pruned (cmpnn_dist.model.pruned)
-            if isinstance(edge_weight, list | tuple):  # one per layer (explanations)
-                weights = _per_layer(edge_weight, len(self.layers))
-                logits = self.pruned(self, graph, heads, rels, edge_mask, layer_weights=weights)
-            else:
-                logits = self.pruned(self, graph, heads, rels, edge_mask, edge_weight)
+            logits = self._pruned_logits(graph, heads, rels, edge_mask, edge_weight)
         else:
             h, z_q = self.encode(graph, heads, rels, edge_mask, edge_weight)
             logits = self.decoder(h.transpose(0, 1), z_q)
         if self.prior is not None:  # the query pair's removed edges are not counted
             logits = logits + self.prior(graph, rels, edge_mask).to(logits.dtype)
         return logits
+
+    def _pruned_logits(
+        self,
+        graph: Graph,
+        heads: Tensor,
+        rels: Tensor,
+        edge_mask: Tensor | None,
+        edge_weight: Tensor | Sequence[Tensor] | None,
+    ) -> Tensor:
+        """:meth:`forward`'s logits with model.propagation=pruned: each layer on the packed
+        subgraph that :class:`~.pruned.PrunedPropagation` selects from the visited states."""
+        from cmpnn_dist.model.pruned import in_degrees
+
+        z_q, node_sets = self._queries(graph, heads, rels, edge_mask)
+        head = head_states(self.cfg.init, z_q)
+        degree = None
+        if any(layer.aggregate.graph_degrees for layer in self.layers):
+            degree = in_degrees(graph, edge_mask)
+        pruned = self.pruned
+        queries, visited = pruned.start(graph, heads, z_q, head, edge_mask, self.decoder)
+        weights = _per_layer(edge_weight, len(self.layers))
+        for layer, weight in zip(self.layers, weights, strict=True):
+            step = pruned.step(queries, visited, weight, degree)
+            out = layer(
+                step.graph, step.h, step.hist, z_q, None, node_sets, step.edge_weight,
+                step.gate, step.packing,
+            )  # fmt: skip
+            pruned.update(queries, visited, step, out, self.decoder)
+        return pruned.logits(queries, visited, rels, self.decoder)
 
 
 def _per_layer(

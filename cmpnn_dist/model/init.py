@@ -21,6 +21,22 @@ from cmpnn_dist.config import Init, choices
 INIT_KINDS = choices(Init)  # the one list: cmpnn_dist.config
 
 
+def head_states(kind: int, z_q: Tensor) -> Tensor:
+    """h^(0)_{u|u,q}: the initial state of each query's head, float [B, d] (INIT 1-3; every
+    other node starts at 0).  INIT 3 draws eps with torch's global RNG.
+
+    Raises ValueError for INIT 0 (no head indicator) or an unknown kind."""
+    if kind == 1:
+        return torch.ones_like(z_q)
+    if kind == 2:
+        return z_q
+    if kind == 3:
+        return z_q + torch.randn_like(z_q)
+    if kind == 0:
+        raise ValueError("model.init 0 has no head indicator: every initial state is 0")
+    raise ValueError(f"unknown model.init {kind!r}; choices: {INIT_KINDS}")
+
+
 def initial_states(kind: int, heads: Tensor, z_q: Tensor, num_nodes: int) -> Tensor:
     """h^(0) for B queries (u_b, q_b).
 
@@ -31,20 +47,12 @@ def initial_states(kind: int, heads: Tensor, z_q: Tensor, num_nodes: int) -> Ten
         num_nodes: |V|.
 
     Returns:
-        float [N, B, d] (node-major, the layout of :func:`cmpnn_dist.ops.propagate`).
-        INIT 3 draws eps with torch's global RNG (seed it for reproducibility).
+        float [N, B, d] (node-major, the layout of :func:`cmpnn_dist.ops.propagate`): 0
+        except ``h[heads[b], b] = head_states(kind, z_q)[b]``.
     """
     batch, dim = z_q.shape
     h = z_q.new_zeros(num_nodes, batch, dim)
     if kind == 0:
         return h
-    if kind == 1:
-        value = torch.ones_like(z_q)
-    elif kind == 2:
-        value = z_q
-    elif kind == 3:
-        value = z_q + torch.randn_like(z_q)
-    else:
-        raise ValueError(f"unknown model.init {kind!r}; choices: {INIT_KINDS}")
     cols = torch.arange(batch, device=heads.device)
-    return h.index_put((heads, cols), value)
+    return h.index_put((heads, cols), head_states(kind, z_q))

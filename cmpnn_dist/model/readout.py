@@ -75,3 +75,30 @@ class Readout(nn.Module):
         return self.w1(torch.einsum("bn,nbd->bd", incoming.to(h.dtype), h)) + self.w2(
             torch.einsum("bn,nbd->bd", outgoing.to(h.dtype), h)
         )
+
+    def rows(
+        self,
+        h: Tensor,
+        keys: Tensor,
+        num_nodes: int,
+        batch: int,
+        node_sets: tuple[Tensor, Tensor] | None,
+    ) -> Tensor | None:
+        """The same readout over M (query, node) rows, the nodes absent from them at state 0
+        (pruned propagation's visited states).
+
+        Args: h float [M, d]; keys int64 [M], ``b * num_nodes + v`` of each row; batch: B;
+        node_sets as :meth:`forward` ([B, N] each; relation only).
+        Returns: float [B, d], or None for ``none``."""
+        if self.kind == "none":
+            return None
+        query = keys // num_nodes
+
+        def total(weight: Tensor | None) -> Tensor:
+            x = h if weight is None else h * weight.to(h.dtype).unsqueeze(1)
+            return h.new_zeros(batch, h.shape[1]).index_add(0, query, x)
+
+        if self.kind == "sum":
+            return self.w1(total(None))
+        incoming, outgoing = (s.reshape(-1)[keys] for s in node_sets)
+        return self.w1(total(incoming)) + self.w2(total(outgoing))

@@ -43,6 +43,8 @@ to dense: README "Every candidate").
 from __future__ import annotations
 
 import warnings
+import weakref
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -50,24 +52,10 @@ from torch import Tensor, nn
 from cmpnn_dist.graph import Graph
 
 
-def relation_pairs(graph: Graph) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """``(pair_node [P], pair_rel [P], edge_pair int64 [E], counts int64 [P])``: the distinct
-    (destination, relation) pairs of ``graph``'s edges sorted, the pair of each edge and each
-    pair's number of edges; cached on ``graph``."""
-    key = "pruned_relation_pairs"
-    if key not in graph._cache:
-        r2 = graph.num_relations
-        pair_key, edge_pair, counts = torch.unique(
-            graph.dst() * r2 + graph.rel, return_inverse=True, return_counts=True
-        )
-        graph._cache[key] = (pair_key // r2, pair_key % r2, edge_pair, counts)
-    return graph._cache[key]
-
-
 def relation_profile(graph: Graph, edge_mask: Tensor | None, dtype: torch.dtype) -> Tensor:
     """``log(1 + n)`` as a sparse COO float [N, 2|R|] (n: kept edges of each relation that
     enter each node)."""
-    pair_node, pair_rel, edge_pair, counts = relation_pairs(graph)
+    pair_node, pair_rel, edge_pair, counts = graph.relation_pairs()
     if edge_mask is not None:
         counts = torch.bincount(edge_pair[edge_mask], minlength=pair_node.numel())
     return torch.sparse_coo_tensor(
@@ -77,6 +65,16 @@ def relation_profile(graph: Graph, edge_mask: Tensor | None, dtype: torch.dtype)
         is_coalesced=True,  # sorted and distinct (torch.unique)
         check_invariants=False,
     )
+
+
+class EvalCache(NamedTuple):
+    """A :class:`RelationPrior`'s e^(K) [N, d] of one graph; ``key``: the graph's version and
+    the parameters' (address, version, dtype, device).  The graph is held weakly: one that is
+    gone matches no other."""
+
+    graph: weakref.ReferenceType[Graph]
+    key: tuple
+    embedding: Tensor
 
 
 class RelationPrior(nn.Module):
@@ -92,7 +90,8 @@ class RelationPrior(nn.Module):
         self.profile = nn.Linear(num_relations, dim)  # U_1, a_1
         self.neighbours = nn.ModuleList(nn.Linear(dim, dim) for _ in range(hops - 1))  # U_k, a_k
         self.weight = nn.Parameter(torch.zeros(num_relations, dim))  # W
-        self._token = object()  # this instance, for the evaluation cache's key
+        # evaluation: e^(K) of the last graph, until the graph or a parameter changes
+        self.eval_cache: EvalCache | None = None
 
     def _load_from_state_dict(self, state_dict: dict, prefix: str, *args, **kwargs) -> None:
         # checkpoints of commits ee0c99c-a8579de: one extra hop, its Linear named "neighbours"
@@ -143,10 +142,12 @@ class RelationPrior(nn.Module):
             e = self.embed(graph, edge_mask)
         else:  # evaluation: once per graph and parameter version (in-place updates bump
             # _version; a replaced or moved tensor has another address, dtype or device)
-            params = [(p.data_ptr(), p._version, p.dtype, p.device) for p in self.parameters()]
-            key = (self._token, *params)
-            cached = graph._cache.get("relation_prior_embed")
-            if cached is None or cached[0] != key:
-                cached = graph._cache["relation_prior_embed"] = (key, self.embed(graph))
-            e = cached[1]
+            key = (
+                graph.version,
+                *((p.data_ptr(), p._version, p.dtype, p.device) for p in self.parameters()),
+            )
+            cache = self.eval_cache
+            if cache is None or cache.graph() is not graph or cache.key != key:
+                cache = self.eval_cache = EvalCache(weakref.ref(graph), key, self.embed(graph))
+            e = cache.embedding
         return self.weight.index_select(0, rels) @ e.t()

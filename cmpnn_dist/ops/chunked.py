@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from cmpnn_dist.graph import Graph
+from cmpnn_dist.graph import Graph, PerGraph
 from cmpnn_dist.ops.naive import edge_scale
 
 Block = tuple[int, int, list[tuple[int, int]]]  # rows [r0, r1), edge pieces [(e0, e1), ...]
@@ -41,6 +41,9 @@ Block = tuple[int, int, list[tuple[int, int]]]  # rows [r0, r1), edge pieces [(e
 # run slower on CPU, so there the effective budget is min(chunk_elements, CACHE_ELEMENTS).
 CACHE_ELEMENTS = 1 << 20
 HALF = (torch.bfloat16, torch.float16)
+
+
+_BLOCKS: PerGraph[int, list[Block]] = PerGraph()  # each graph's blocks by max_edges
 
 
 def make_blocks(indptr: np.ndarray, max_edges: int) -> list[Block]:
@@ -228,9 +231,7 @@ class _Propagate(torch.autograd.Function):
 def _kept_edges(graph: Graph, edge_mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(src, rel, dst, indptr-as-numpy) of the kept edges, in CSR order."""
     if edge_mask is None:
-        if "ref_indptr_np" not in graph._cache:
-            graph._cache["ref_indptr_np"] = graph.indptr.cpu().numpy()
-        return graph.src, graph.rel, graph.dst(), graph._cache["ref_indptr_np"]
+        return graph.src, graph.rel, graph.dst(), graph.indptr_numpy()
     dst = graph.dst()[edge_mask]
     counts = torch.bincount(dst, minlength=graph.num_nodes).cpu().numpy()
     indptr = np.zeros(graph.num_nodes + 1, dtype=np.int64)
@@ -273,13 +274,10 @@ def run(
     src, rel, dst, indptr = _kept_edges(graph, edge_mask)
     budget = min(chunk_elements, CACHE_ELEMENTS) if x.device.type == "cpu" else chunk_elements
     max_edges = max(1, budget // (batch * dim + kernel.extra_per_edge))
-    key = ("ref_blocks", max_edges)
-    if edge_mask is None and key in graph._cache:
-        blocks = graph._cache[key]
+    if edge_mask is None:
+        blocks = _BLOCKS.get(graph, max_edges, lambda: make_blocks(indptr, max_edges))
     else:
         blocks = make_blocks(indptr, max_edges)
-        if edge_mask is None:
-            graph._cache[key] = blocks
     degree = torch.bincount(dst, minlength=num_nodes).to(x.dtype)
     aggs = tuple(dict.fromkeys(aggregators))
     if not aggs:

@@ -10,9 +10,9 @@ OpenMP threads in ranges of about equal edge counts), gather each kept in-edge's
 per-row accumulators (sum, sumsq, max, min and the position of the in-edge attaining max /
 min: int16 when every in-degree is below 2^15, else int32); each output row is written once.
 Backward: for each *source* row of a transposed copy of the graph (source-sorted edge ids,
-destinations, relations and in-edge positions, int32; built once per graph and cached in
-``graph._cache``), gather ``g_sum[dst_e]`` (and ``g_sumsq``, ``g_max`` / ``g_min`` where the
-recorded position is ``e``'s), reduce ``d x[s] = sum_e ew_e gm_e * w[rel_e]`` in registers and
+destinations, relations and in-edge positions, int32: :func:`transposed`), gather
+``g_sum[dst_e]`` (and ``g_sumsq``, ``g_max`` / ``g_min`` where the recorded position is
+``e``'s), reduce ``d x[s] = sum_e ew_e gm_e * w[rel_e]`` in registers and
 write it once; ``d w`` is reduced per thread, ``d ew_e = <gm_e, u_e>`` written per edge.
 
 Gradients of max / min go to the first edge attaining the extreme (smallest edge id), as
@@ -28,39 +28,43 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from cmpnn_dist.graph import Graph
+from cmpnn_dist.graph import Graph, PerGraph
 from cmpnn_dist.ops import cpu_build
 from cmpnn_dist.ops.messages import EdgeMessage, as_params, get_message
 
 EXTREMES = ("max", "min")
 
 
-def transposed(graph: Graph) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+Transposed = tuple[Tensor, Tensor, Tensor, Tensor, Tensor]
+_TRANSPOSED: PerGraph[None, Transposed] = PerGraph()  # the backward's layout of each graph
+
+
+def transposed(graph: Graph) -> Transposed:
     """Source-sorted copy of ``graph``: (indptr int64 [N+1], edge id, dst, rel, position of the
     edge among its destination's in-edges: int32 [E]); built once per graph (stable sort: a
-    source's edges stay in edge-id order)."""
-    if "cpu_transposed" not in graph._cache:
+    source's edges stay in edge-id order, as :meth:`Graph.out_index`, which is int64 and not
+    kept for the dense model)."""
+
+    def build() -> Transposed:
         order = torch.argsort(graph.src, stable=True)
         counts = torch.bincount(graph.src, minlength=graph.num_nodes)
         indptr = torch.zeros(graph.num_nodes + 1, dtype=torch.int64)
         torch.cumsum(counts, 0, out=indptr[1:])
         dst = graph.dst()[order]
-        graph._cache["cpu_transposed"] = (
+        return (
             indptr,
             order.to(torch.int32),
             dst.to(torch.int32),
             graph.rel[order].to(torch.int32),
             (order - graph.indptr[dst]).to(torch.int32),
         )
-    return graph._cache["cpu_transposed"]
+
+    return _TRANSPOSED.get(graph, None, build)
 
 
 def short_positions(graph: Graph) -> bool:
     """Whether max / min record their in-edge positions as int16 (every in-degree < 2^15)."""
-    if "cpu_short_positions" not in graph._cache:
-        degree = graph.in_degree()
-        graph._cache["cpu_short_positions"] = bool(degree.numel() == 0 or degree.max() < 2**15 - 1)
-    return graph._cache["cpu_short_positions"]
+    return graph.max_in_degree() < 2**15 - 1
 
 
 class _MulPropagate(torch.autograd.Function):
@@ -198,7 +202,7 @@ def select_subgraph(
     receiver-sorted packed :class:`Graph` (src: sender rows; rel ``b * num_relations + r``;
     its :func:`transposed` view already cached, built in the same pass instead of by a sort)
     and the graph's id of each packed edge (``with_edges``).  The same graph as
-    :meth:`cmpnn_dist.model.pruned.PrunedPropagation._subgraph`'s torch path, edges in its
+    :func:`cmpnn_dist.model.pruned_select.select_subgraph` (the torch path), edges in its
     order."""
     node_keys, s_rows, indptr, src, rel, edge, *view = torch.ops.cmpnn_cpu.select_subgraph(
         s_keys.contiguous(), n, batch, *out_index, edge_mask, slot.contiguous(),
@@ -206,7 +210,7 @@ def select_subgraph(
         e, num_relations, with_edges,
     )  # fmt: skip
     packed = Graph(node_keys.numel(), batch * num_relations, indptr, src, rel)
-    packed._cache["cpu_transposed"] = tuple(view)
+    _TRANSPOSED.put(packed, None, tuple(view))
     return node_keys, s_rows, packed, edge if with_edges else None
 
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from cmpnn_dist.graph import Graph
+from cmpnn_dist.graph import Graph, PerGraph
 
 MAX_EDGES = 1024  # longest edge range one program walks (hub rows are split)
 I32_MAX = 2**31 - 1
+_PREPARED: PerGraph[tuple[str, int], dict] = PerGraph()  # by (device, max_edges)
 
 
 def build_items(indptr: Tensor, max_edges: int, own_slots: bool = False) -> dict:
@@ -62,10 +63,14 @@ def build_items(indptr: Tensor, max_edges: int, own_slots: bool = False) -> dict
 
 
 def prepare(graph: Graph, device: torch.device, max_edges: int = MAX_EDGES) -> dict:
-    """int32 edge arrays in dst / src / relation order and their work items (cached on graph)."""
-    key = ("triton_mp", str(device), max_edges)
-    if key in graph._cache:
-        return graph._cache[key]
+    """int32 edge arrays in dst / src / relation order and their work items, built once per
+    (graph, device, max_edges)."""
+    return _PREPARED.get(
+        graph, (str(device), max_edges), lambda: _prepare(graph, device, max_edges)
+    )
+
+
+def _prepare(graph: Graph, device: torch.device, max_edges: int) -> dict:
     if graph.num_edges >= I32_MAX:
         raise ValueError(f"fused ops need < 2^31 edges, graph has {graph.num_edges}")
     indptr = graph.indptr.to(device)
@@ -97,7 +102,6 @@ def prepare(graph: Graph, device: torch.device, max_edges: int = MAX_EDGES) -> d
         "r_eid": rperm.to(i32),
         "r_items": build_items(r_indptr, max_edges, own_slots=True),
     }
-    graph._cache[key] = prep
     return prep
 
 

@@ -25,7 +25,7 @@ gradients are the float32 computation rounded once.
 ([N, nb, B, d]); the kernels then gather ``y`` with the coefficient-weighted sum
 ``m_e = sum_k coef[r_e, k] y[s_e, k]`` (``y`` is rounded to the input dtype first).  The
 edge orders and work items come from :mod:`cmpnn_dist.ops.triton_items`, built once per
-graph and device and cached in ``graph._cache``.
+graph and device and kept there.
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@ deg(v) = |M_v|, kept edges only) into AGG_v float [N, B, width * d].  A subclass
 :data:`cmpnn_dist.ops.reductions.AGGREGATORS` it reads), ``width`` and ``formula``, implements
 ``forward(raw)``, and is added with :func:`register`; the layer's W_0 maps
 [h^{f(t)} || AGG_v] (d + width d) back to d.  ``combine`` may be overridden to compute
-W_0 [h || AGG] without building AGG (PNA does).
+W_0 [h || AGG] without building AGG (PNA does).  One that reads a statistic of the whole
+graph's degrees sets ``graph_degrees`` and reads it from ``raw["log_degree_mean"]`` when
+present: on a packed subgraph (pruned propagation) the layer puts the full graph's there.
 
 A new aggregation is one new file in this package (every module here is imported by the
 package, see ``__init__.py``): ``docs/extending.md`` has a worked example.  One that needs a
@@ -32,6 +34,7 @@ class Aggregation(nn.Module):
     reductions: ClassVar[tuple[str, ...]]
     width: ClassVar[int] = 1
     formula: ClassVar[str] = ""
+    graph_degrees: ClassVar[bool] = False  # reads raw["log_degree_mean"] (the module doc)
 
     @property
     def kind(self) -> str:

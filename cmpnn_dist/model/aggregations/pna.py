@@ -18,6 +18,7 @@ from cmpnn_dist.model.aggregations.base import Aggregation, register
 class PNA(Aggregation):
     name, reductions, width = "pna", ("sum", "sumsq", "max", "min"), 12
     formula = "[S, S s, S / max(s, 1e-2)], S = [mean, max, min, std], s = log-degree scaler"
+    graph_degrees = True  # delta
 
     def forward(self, raw: dict[str, Tensor]) -> Tensor:
         stats, scale = self.pna_parts(raw)

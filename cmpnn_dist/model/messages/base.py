@@ -54,6 +54,27 @@ class MessageFunction(nn.Module):
         of :func:`cmpnn_dist.ops.propagate`."""
         return self.edge_message, self.relations(z_q)
 
+    def pack(self, relation: Relation, batch: int) -> Relation:
+        """The relation parameters of ``batch`` queries as one shared table over the packed
+        relations ``b * R2 + r`` of a packed subgraph (pruned propagation, whose B queries'
+        subgraphs form one graph of batch 1): per query ``[B, R2, X]`` -> ``[B R2, X]``,
+        shared ``[R2, X]`` -> repeated ``[B R2, X]``, for each tensor of a tuple.  A message
+        with another layout overrides this.  Raises ValueError for a shape it does not know."""
+        r2 = self.num_relations
+        parts = relation if isinstance(relation, tuple) else (relation,)
+        out = []
+        for t in parts:
+            if t.dim() == 3 and t.shape[:2] == (batch, r2):
+                out.append(t.reshape(batch * r2, t.shape[-1]))
+            elif t.dim() == 2 and t.shape[0] == r2:
+                out.append(t.repeat(batch, 1))
+            else:
+                raise ValueError(
+                    f"pruned propagation cannot pack message {self.name!r}'s relation "
+                    f"parameters of shape {tuple(t.shape)} (expects [B, R2, X] or [R2, X])"
+                )
+        return tuple(out) if isinstance(relation, tuple) else out[0]
+
 
 _REGISTRY: dict[str, type[MessageFunction]] = {}
 _NUMBERS: dict[int, str] = {}

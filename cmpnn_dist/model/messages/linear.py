@@ -38,6 +38,12 @@ class Linear(MessageFunction):
     def relations(self, z_q: Tensor) -> tuple[Tensor, Tensor]:
         return self.bases, self.coef
 
+    def pack(self, relation: tuple[Tensor, Tensor], batch: int) -> tuple[Tensor, Tensor]:
+        """``(bases, coef [R2, nb])`` -> ``(bases, coef repeated [B R2, nb])``: the bases are
+        shared, the packed relation ``b * R2 + r`` is relation r."""
+        bases, coef = relation
+        return bases, coef.repeat(batch, 1)
+
     def relation_matrix(self, z_q: Tensor, b: int, r: int) -> Tensor:
         """W_r [d, d] (for slow checks)."""
         return torch.einsum("k,kij->ij", self.coef[r], self.bases)
