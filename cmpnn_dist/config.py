@@ -378,7 +378,7 @@ def register_check(check: Callable[[Config], None]) -> Callable[[Config], None]:
 
 def prior_conflict(m: ModelConfig) -> str | None:
     """Why ``model.prior`` cannot be used as ``m`` sets it (one line), or None."""
-    if getattr(m, "prior", "none") == "none":  # configs from before the key: none
+    if getattr(m, "prior", "none") == "none":  # configs without the key: none
         return None
     if m.family != "cmpnn":
         return f"model.prior={m.prior} applies to model.family=cmpnn only (got {m.family})"

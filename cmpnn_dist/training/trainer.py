@@ -193,7 +193,7 @@ class Trainer:
         check_resumable(path, state, self.config_dict.get("model"), mine)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        if state.get("scheduler") is not None:  # checkpoints before the schedule existed: None
+        if state.get("scheduler") is not None:  # checkpoints without a schedule state: None
             self.scheduler.load_state_dict(state["scheduler"])
         self.sampler.load_state_dict(state["sampler"])
         self.history = list(state["history"])
