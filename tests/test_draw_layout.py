@@ -1,4 +1,4 @@
-"""The explanation picture is readable: the README's example (its explanation table, drawn)
+"""The explanation picture is readable: the example of docs/predict.md (its explanation table, drawn)
 and the same with 60-character names and long relation names.
 
 Checked on the rendered figure (matplotlib's own extents, in pixels) and on the PNG:
@@ -21,7 +21,7 @@ from cmpnn_dist.predict.explain import Explanation
 NAMES = ["A::203", "B::94", "C::21", "C::241", "A::149"]
 RELATIONS = ["t0", "t1", "b0", "b1", "b2"]
 R = len(RELATIONS)
-# the README's explanation of (A::203, t0, C::21): three paths
+# the explanation of (A::203, t0, C::21) in docs/predict.md's style: three paths
 README = Explanation(
     0, 0, 2, 3.359138,
     [
