@@ -1,4 +1,4 @@
-"""The explanation picture is readable: the example of docs/predict.md (its explanation table, drawn)
+"""The explanation picture is readable: the example of docs/predict.md (its path table, drawn)
 and the same with 60-character names and long relation names.
 
 Checked on the rendered figure (matplotlib's own extents, in pixels) and on the PNG:
