@@ -135,6 +135,25 @@ def help_text(doc: str | None) -> str:
     return "\n".join(lines)
 
 
+def plain_text(doc: str) -> str:
+    """``doc`` without reStructuredText markup, for a terminal: ``code`` and :role:`target`
+    become their text (``~a.b.C`` its last part, ``text <target>`` its text), and a line's
+    closing ``::`` (a literal block follows) one colon."""
+    import re
+
+    def role(m: re.Match[str]) -> str:
+        target = m.group(1)
+        shown = re.match(r"(.*?)\s*<[^>]*>$", target)
+        if shown:
+            return shown.group(1)
+        return target.rsplit(".", 1)[-1] if target.startswith("~") else target
+
+    doc = re.sub(r":[a-z]+(?::[a-z]+)?:`([^`]+)`", role, doc)
+    doc = re.sub(r"``([^`]+)``", r"\1", doc)
+    doc = re.sub(r"`([^`]+)`_{0,2}", r"\1", doc)
+    return re.sub(r"(\S)::$", r"\1:", re.sub(r"\s+::$", "", doc, flags=re.M), flags=re.M)
+
+
 def run_cli(main: Callable[[list[str]], dict[str, Any]], argv: Sequence[str] | None = None) -> int:
     """Run ``main``; print its result as the last stdout line (one JSON object).  ``-h`` /
     ``--help`` prints :func:`help_text` of ``main``'s module instead."""
@@ -142,9 +161,9 @@ def run_cli(main: Callable[[list[str]], dict[str, Any]], argv: Sequence[str] | N
     if any(arg in ("-h", "--help") for arg in argv):
         module = sys.modules[main.__module__]
         if getattr(module, "HELP_CONFIG_KEYS", True):
-            print(help_text(module.__doc__))
+            print(plain_text(help_text(module.__doc__)))
         else:  # a command without config keys (wl, report): its own usage only
-            print((module.__doc__ or "").strip())
+            print(plain_text((module.__doc__ or "").strip()))
         return 0
     try:
         result = main(argv)

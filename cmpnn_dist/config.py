@@ -195,6 +195,10 @@ class TrainConfig:
     precision: str = option("fp32", Precision)
     epochs: int = number(20, ge=1)
     max_steps: int | None = number(None, ge=1)  # a step budget that ends training early
+    # a wall-clock budget in minutes (training and its validations, summed over resumes):
+    # when spent, the current step is the last one (validated, checkpointed, best, tested),
+    # as when max_steps ends training; the learning-rate schedule still spans the steps
+    max_minutes: float | None = number(None, gt=0)
     # none | query (edges of the query fact, both directions) | one_hop (every edge between u and
     # v) | candidates (every edge between u and v or any sampled negative: NBFNet's and the
     # C-MPNN code's remove_one_hop); see Graph.query_edge_mask

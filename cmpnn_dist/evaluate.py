@@ -64,15 +64,12 @@ def evaluate_checkpoint(path: str | Path, overrides: list[str], weights: str = "
                 os.replace(run_dir / name, local_run / name)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
-    # the tie rule the metrics were computed under (ogb's Evaluator always averages)
-    ties = out["test"].get("ties") or out["valid"].get("ties") or cfg.eval.ties
-    print(
-        f"evaluated {ckpt} ({protocol} protocol, {ties} ties): "
-        f"valid mrr {out['valid'].get('mrr', float('nan')):.4f}, "
-        f"test mrr {out['test'].get('mrr', float('nan')):.4f}; ranks in "
-        f"{run_loc}/ranks_<split>_{protocol}.parquet",
-        file=sys.stderr,
-    )
+    from cmpnn_dist.train import summary_table
+
+    # the same table as the end of training (metrics by split, rankings, protocol and rules)
+    table = summary_table(out).splitlines()[1:]
+    print(f"evaluated {ckpt}", *table, file=sys.stderr, sep="\n")
+    print(f"  ranks: {run_loc}/ranks_<split>_{protocol}.parquet", file=sys.stderr)
     return out
 
 

@@ -66,13 +66,25 @@ def read_metrics(path: Path) -> dict[str, list[dict[str, Any]]]:
     return rows
 
 
+def epochs_trained(train: list[dict[str, Any]]) -> float | None:
+    """Epochs the run has trained, as a fraction (0.73 = 73 % of the first epoch): the last
+    row's ``epochs_done``, else steps / steps per epoch once the run got past its first epoch,
+    else None (a run still in its first epoch, logged without ``epochs_done``)."""
+    if not train:
+        return None
+    if "epochs_done" in train[-1]:
+        return float(train[-1]["epochs_done"])
+    spe = steps_per_epoch(train)
+    return None if spe is None else max(r["step"] for r in train) / spe
+
+
 def summarize(rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """Steps, epochs, final loss, best validation MRR (and its step), test metrics."""
+    """Steps, epochs (a fraction), final loss, best validation MRR (and its step), test."""
     train = [r for r in rows["train"] if "loss" in r]
     valid = [r for r in rows["valid"] if "valid_mrr" in r]
     out: dict[str, Any] = {
         "steps": int(max((r["step"] for r in train), default=0)),
-        "epochs": int(max((r.get("epoch", 0) for r in train), default=-1)) + 1,
+        "epochs": epochs_trained(train),
         "final_loss": train[-1]["loss"] if train else None,
         "final_lr": train[-1].get("lr") if train else None,
         "train_seconds": train[-1].get("time_s") if train else None,
@@ -163,12 +175,24 @@ def _epoch_axis(ax: Any, train: list[dict[str, Any]]) -> None:
 
 def plot_validation(rows: dict[str, list[dict[str, Any]]], path: Path) -> Path | None:
     """Validation metrics in [0, 1] against the step (epoch on the top axis); test as stars."""
+    fig = validation_figure(rows)
+    if fig is None:
+        return None
+    _save(fig, path)
+    return path
+
+
+def validation_figure(rows: dict[str, list[dict[str, Any]]]) -> Any:
+    """The figure of :func:`plot_validation` (None without validation rows).  The x axis runs
+    from step 0 to the last logged step, so one validation point sits where it was taken; the
+    legend (one entry per metric, one for the test stars) is outside the axes, beside them."""
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
 
     valid = [r for r in rows["valid"] if any(f"valid_{m}" in r for m in UNIT_METRICS)]
     if not valid:
         return None
-    fig = Figure(figsize=(8, 4.5), layout="constrained")
+    fig = Figure(figsize=(8.8, 4.5), layout="constrained")
     ax = fig.subplots()
     test = rows["test"][-1] if rows["test"] else {}
     for i, metric in enumerate(m for m in UNIT_METRICS if any(f"valid_{m}" in r for r in valid)):
@@ -183,12 +207,19 @@ def plot_validation(rows: dict[str, list[dict[str, Any]]], path: Path) -> Path |
     ax.set_xlabel("step")
     ax.set_ylabel("validation metric")
     ax.set_ylim(max(0.0, ax.get_ylim()[0] - 0.05), 1.02)
+    last = max(r["step"] for k in ("train", "valid", "test") for r in rows[k] if "step" in r)
+    ax.set_xlim(0, last * 1.04 + 0.5)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", title="valid (test: *)" if test else "valid")
+    handles, _ = ax.get_legend_handles_labels()
+    if test:
+        star = Line2D([], [], marker="*", markersize=11, color="grey", linestyle="none")
+        handles.append(star)
+        star.set_label("test (final)")
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="valid")
     _epoch_axis(ax, [r for r in rows["train"] if "step" in r])
-    fig.suptitle(f"validation: {len(valid)} evaluations")
-    _save(fig, path)
-    return path
+    n = len(valid)
+    fig.suptitle(f"validation: {n} evaluation{'s' if n != 1 else ''}")
+    return fig
 
 
 def _fmt(value: Any) -> str:
@@ -201,10 +232,18 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def epochs_text(epochs: float | None) -> str:
+    """``0.73 epoch``, ``1 epoch``, ``2.5 epochs``; ``-`` when unknown."""
+    if epochs is None:
+        return "- (still in the first epoch)"
+    text = f"{epochs:.2f}".rstrip("0").rstrip(".")
+    return f"{text} epoch{'s' if epochs > 1 else ''}"
+
+
 def summary_table(summary: dict[str, Any]) -> str:
     lines = [
         ("steps", summary["steps"]),
-        ("epochs", summary["epochs"]),
+        ("trained", epochs_text(summary["epochs"])),
         ("final loss", summary["final_loss"]),
         ("final lr", summary["final_lr"]),
         ("train seconds", summary["train_seconds"]),

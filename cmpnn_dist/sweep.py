@@ -252,6 +252,16 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     args = sys.argv[1:] if argv is None else argv
+    if any(a in ("-h", "--help") for a in args):
+        print(
+            "python -m cmpnn_dist.sweep SWEEP_DIR: the report of a (partly) finished sweep.\n\n"
+            "SWEEP_DIR is <storage_root>/sweeps/<sweep_name> (a folder with sweep.json), made by\n"
+            "python -m cmpnn_dist.train -m conf=NAME key=a,b train.seed=0,1,2 sweep_name=NAME.\n"
+            "Writes results.csv (one row per finished cell), report.md (mean +- std over seeds,\n"
+            "the paper's number beside each cell it has) and a PNG per swept key, and prints\n"
+            "the report."
+        )
+        return 0
     if len(args) != 1 or not (Path(args[0]) / "sweep.json").is_file():
         print("error: usage: python -m cmpnn_dist.sweep SWEEP_DIR (a folder with sweep.json)",
               file=sys.stderr)  # fmt: skip

@@ -146,10 +146,10 @@ LEGACY = Path(__file__).parent / "fixtures" / "legacy_ray_run"
 
 
 def test_store_finds_legacy_ray_and_new_layout(tmp_path):
-    """A checkpoint written by the code of commit c1a3653c329a (before the checkpoints/step_N
-    store; ``tests/fixtures/legacy_ray_run``, with its command), in that commit's Ray layout:
-    ``step_N-<token>`` directly in the run folder.  Today's store finds it, its sha256 sums
-    check out and its state loads; a newer checkpoint in today's layout then wins."""
+    """A checkpoint in Ray's layout, ``step_N-<token>`` directly in the run folder, written by
+    another version of the code (``tests/fixtures/legacy_ray_run``, with its command and
+    version).  The store finds it, its sha256 sums check out and its state loads; a newer
+    checkpoint in the ``checkpoints/step_N`` layout then wins."""
     run = tmp_path / "run"
     shutil.copytree(LEGACY, run)
     store = CheckpointStore(run)
@@ -166,7 +166,7 @@ def test_store_finds_legacy_ray_and_new_layout(tmp_path):
 
 def test_evaluate_reads_the_legacy_checkpoint(tmp_path):
     """``python -m cmpnn_dist.evaluate`` on the legacy run folder rebuilds the model from the
-    old state and gives the metrics the old code's run reported (the same weights, ranks)."""
+    stored state and gives the metrics that run reported (the same weights, ranks)."""
     run = tmp_path / "runs" / "legacy"
     shutil.copytree(LEGACY, run)
     proc = subprocess.run(

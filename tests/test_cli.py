@@ -64,6 +64,13 @@ def test_evaluate_checkpoint_reproduces_test_metrics(trained):
     ev = last_json(proc)
     assert ev["test"]["mrr"] == pytest.approx(out["test"]["mrr"], abs=1e-6)
     assert ev["valid"]["mrr"] == pytest.approx(out["valid"]["mrr"], abs=1e-6)
+    # stderr: the table training ended with (the same weights, so the same rows), not one line
+    from cmpnn_dist.train import summary_table
+
+    printed = proc.stderr.splitlines()
+    start = next(i for i, line in enumerate(printed) if line.startswith("evaluated "))
+    expected = summary_table(out).splitlines()[1:]  # what `train` printed, without "done:"
+    assert len(expected) >= 5 and printed[start + 1 : start + 1 + len(expected)] == expected
 
 
 def test_evaluate_rejects_checkpoint_of_another_model(trained):

@@ -239,7 +239,7 @@ def test_worker_sigkill_resumes_bit_identical(reference, dataset, tmp_path, monk
         if line.startswith("train,")
     ]
     assert csv_steps == list(range(1, MAX_STEPS + 1))
-    # the same files as a local run folder (issue 22: TensorBoard and ranks were missing)
+    # the same files as a local run folder (TensorBoard events and ranks included)
     assert (run / "ranks_test_all.parquet").is_file() and (run / "results.json").is_file()
     assert [p.name for p in (run / "tensorboard").iterdir()]
     assert (run / "checkpoints" / "best" / "manifest.json").is_file()

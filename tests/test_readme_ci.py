@@ -27,3 +27,19 @@ def test_ci_runs_the_readme_commands_in_a_fresh_venv():
     assert ci[start : start + len(wanted)] == wanted
     # nothing is installed before the fresh venv is activated
     assert not [c for c in ci[:start] if c.startswith(("pip ", "python -m pip"))]
+
+
+def test_the_readme_is_short_and_starts_with_those_commands():
+    """A newcomer's five minutes: at most 250 lines, the install / run / test block first (before
+    any heading), and a link to every guide of the manual's index."""
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    assert readme.index("```bash") < readme.index("\n## ")
+    index = (REPO / "docs" / "README.md").read_text()
+    guides = sorted(set(re.findall(r"\]\(([a-z_]+\.md)\)", index)))
+    assert len(guides) >= 15
+    for guide in guides:
+        assert (REPO / "docs" / guide).is_file(), guide
+        assert f"(docs/{guide})" in readme, guide
+    listed = {p.name for p in (REPO / "docs").glob("*.md")} - {"README.md"}
+    assert listed == set(guides)  # every guide is in the index, and nothing else

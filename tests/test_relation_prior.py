@@ -99,7 +99,7 @@ def test_unvisited_candidates_score_their_relations(masked, hops):
         for v in unvisited:
             want = float(const[b, 0]) + float(prior.weight[int(rels[b])].detach() @ embed[v])
             assert math.isclose(float(scores[b, v]), want, rel_tol=1e-9, abs_tol=1e-12), v
-        # the unvisited scores are no longer one constant
+        # the unvisited scores are not one constant
         assert len({float(scores[b, v]) for v in unvisited}) > 3
 
 
@@ -237,7 +237,8 @@ def test_the_benchmarks_visited_split_matches_the_slow_reference():
 
 
 def test_checkpoints_of_the_first_two_hop_prior_load():
-    """Commits ee0c99c-a8579de named the one extra hop's Linear ``neighbours``."""
+    """A state dict whose one extra hop is a single Linear ``neighbours`` (not a one-element
+    list) loads into today's module with the same scores."""
     g = graph(seed=2, num_nodes=30, num_facts=50)
     model = _with_weight(pair(cfg_of(SMALL), seed=0)[0].eval())
     state = model.state_dict()

@@ -124,3 +124,92 @@ def test_report_errors_are_one_line_exit_2(tmp_path, case, capsys):
     }[case]
     assert expected in lines[0]
     assert not (run / "plots").exists()
+
+
+def _one_validation_rows() -> list[dict]:
+    """A run stopped by its step budget at step 150 of a 205-step epoch: one validation, one
+    test row, ``epochs_done`` on the training rows as the trainer writes them."""
+    rows = [
+        {"kind": "train", "step": s, "epoch": 0, "loss": 1.0 / s, "lr": 5e-3, "time_s": 0.1 * s,
+         "epochs_done": round(s / 205, 4)}
+        for s in range(1, 151)
+    ]  # fmt: skip
+    rows.append({"kind": "valid", "step": 150, "epoch": 0, "valid_mrr": 0.42,
+                 "valid_hits@1": 0.35, "valid_hits@10": 0.56})  # fmt: skip
+    rows.append({"kind": "test", "step": 150, "epoch": 0, "test_mrr": 0.46, "test_hits@10": 0.57})
+    return rows
+
+
+def test_one_validation_point_summary_and_axis(tmp_path, capsys):
+    """The summary says the fraction of an epoch trained (150 / 205 = 0.73, 0.7317 on the
+    rows); the lone validation point sits on an axis from step 0 to the last step."""
+    import matplotlib.pyplot as plt
+
+    from cmpnn_dist.report import read_metrics, validation_figure
+
+    run = tmp_path / "run"
+    rows = _one_validation_rows()
+    run.mkdir()
+    with open(run / "metrics.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, [*COLUMNS, "valid_hits@1", "epochs_done"], extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    assert run_cli(_main, [str(run)]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out.strip().splitlines()[-1])["summary"]["epochs"] == 0.7317
+    table = dict(re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in out.err.splitlines()
+                 if not line.startswith("wrote "))  # fmt: skip
+    assert table["trained"] == "0.73 epoch" and table["steps"] == "150"
+
+    fig = validation_figure(read_metrics(run / "metrics.csv"))
+    ax = fig.axes[0]
+    lo, hi = ax.get_xlim()
+    assert lo == 0 and 150 < hi <= 160  # not a window of +-0.06 steps around 150
+    plt.close("all")
+
+
+def test_summary_epochs_without_epochs_done_column(tmp_path, capsys):
+    """Older metrics.csv files (no ``epochs_done``): steps / steps per epoch once the first
+    epoch is over (the fixture: 12 steps of 4 = 3 epochs); unknown while still in it."""
+    from cmpnn_dist.report import epochs_text, summarize
+
+    rows = {"train": [r for r in fixture_rows() if r["kind"] == "train"], "valid": [], "test": []}
+    assert summarize(rows)["epochs"] == 3.0 and epochs_text(3.0) == "3 epochs"
+    rows["train"] = rows["train"][:6]
+    assert summarize(rows)["epochs"] == 1.5 and epochs_text(1.5) == "1.5 epochs"
+    rows["train"] = rows["train"][:3]
+    assert summarize(rows)["epochs"] is None
+    assert epochs_text(1.0) == "1 epoch"
+
+
+@pytest.mark.parametrize("rows", ["fixture", "one_validation"])
+def test_the_legend_hides_no_test_marker(rows):
+    """Every test star lies inside the axes and outside the legend (display coordinates,
+    the star's own size around its centre); the legend names the stars."""
+    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+
+    from cmpnn_dist.report import validation_figure
+
+    data = fixture_rows() if rows == "fixture" else _one_validation_rows()
+    by_kind: dict = {"train": [], "valid": [], "test": []}
+    for r in data:
+        by_kind[r["kind"]].append(r)
+    fig = validation_figure(by_kind)
+    assert isinstance(fig, Figure)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig).draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    legend = ax.get_legend().get_window_extent(renderer)
+    frame = ax.get_window_extent(renderer)
+    stars = [line for line in ax.get_lines() if line.get_marker() == "*"]
+    assert len(stars) == len(by_kind["test"][-1]) - 3  # one per test metric
+    for line in stars:
+        ((x, y),) = ax.transData.transform(line.get_xydata())
+        r = line.get_markersize() * fig.dpi / 72 / 2
+        assert frame.x0 <= x - r and x + r <= frame.x1 and frame.y0 <= y - r and y + r <= frame.y1
+        assert x + r < legend.x0 or x - r > legend.x1 or y + r < legend.y0 or y - r > legend.y1
+    assert "test (final)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    plt.close("all")

@@ -168,6 +168,49 @@ def test_every_minutes_writes_a_mid_epoch_checkpoint(data, tmp_path, monkeypatch
     assert step_folders(other) == []
 
 
+def test_max_minutes_ends_training_as_the_step_budget_does(data, tmp_path, monkeypatch):
+    """train.max_minutes=0.05 (3 s) on a patched clock that jumps 3.2 s after step 3: step 4 is
+    the last one, and the run ends exactly as ``train.max_steps=4`` does (the reference, same
+    seed): validated at step 4, a checkpoint there with its score, ``best``, the same valid and
+    test metrics.  Rerun with the budget spent, it resumes at step 4 and trains no further;
+    rerun with a larger budget, it trains on."""
+    from cmpnn_dist.training import trainer
+
+    clock = FakeClock()
+    monkeypatch.setattr(trainer, "time", clock)
+    cfg = small_cfg()
+    cfg.checkpoint.every_steps = None
+    cfg.checkpoint.every_minutes = None
+    assert len(data.train.queries) // cfg.train.batch_size > 4  # step 4 is mid-epoch
+
+    reference = fit(small_cfg(max_steps=4), data, run_dir=tmp_path / "steps")
+    cfg.checkpoint.every_steps = None
+    cfg.train.max_minutes = 0.05
+
+    def hook(step: int) -> None:
+        if step == 3:
+            clock.now += 3.2
+
+    run = tmp_path / "minutes"
+    result = fit(cfg, data, run_dir=run, on_step=hook)
+    assert result.step == 4 and result.best_step == 4
+    assert result.best_valid == reference.best_valid and result.test == reference.test
+    manifest = json.loads((run / "checkpoints" / "step_00000004" / "manifest.json").read_text())
+    assert manifest["meta"]["score"] == reference.best_valid["mrr"]  # validated weights
+    assert (run / "checkpoints" / "best" / "manifest.json").is_file()
+    state = load_checkpoint(run / "checkpoints" / "step_00000004")
+    assert state["train_seconds"] >= 3.0
+    with open(run / "metrics.csv") as f:
+        kinds = [(r["kind"], int(r["step"])) for r in csv.DictReader(f)]
+    assert kinds[-2:] == [("valid", 4), ("test", 4)]
+
+    again = fit(cfg, data, run_dir=run)  # the budget is spent: nothing more to train
+    assert again.resumed_from_step == 4 and again.step == 4 and again.test == reference.test
+    cfg.train.max_minutes = 10.0
+    longer = fit(cfg, data, run_dir=run)  # a larger budget: trains on to the epochs' end
+    assert longer.resumed_from_step == 4 and longer.step > 4
+
+
 def test_failed_start_leaves_no_run_folder(data, tmp_path):
     cfg = small_cfg()
     cfg.model.aggregate = "bogus"  # fails while building the model, before any step

@@ -26,12 +26,16 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from .draw_edges import bezier, curve, edge_bends, place_labels
+
 PALETTE = ["#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2"]
 WRAP = 18  # characters per line of a node label
 MAX_LINES = 3
 FONT = 9  # points
 CHAR_W = 0.0075 * FONT  # inches per character (DejaVu Sans, average)
 LINE_H = 0.0185 * FONT  # inches per text line
+BOX_PAD = 2 * 0.35 * FONT / 72 + 0.02  # a node box's padding around its text (inches)
+SPREAD, SPREAD_TRIES = 1.35, 8  # layout growth per try when an edge label finds no free spot
 
 
 def _lane(i: int) -> int:
@@ -66,16 +70,54 @@ def _layout(expl: Any) -> dict[int, tuple[float, float]]:
     return pos
 
 
+SEPARATORS = "/_-.:#"  # a name may also break after a run of these (``A::203``, URLs)
+
+
+def _pieces(name: str) -> list[tuple[str, str]]:
+    """``name`` as ``(glue, piece)`` pairs, split where a line may break: at whitespace (the
+    glue is a space) and after a run of SEPARATORS (no glue); never inside a word."""
+    out: list[tuple[str, str]] = []
+    glue, cur = "", ""
+    for i, ch in enumerate(name):
+        if ch.isspace():
+            if cur:
+                out.append((glue, cur))
+                glue, cur = " ", ""
+            continue
+        cur += ch
+        if ch in SEPARATORS and i + 1 < len(name) and name[i + 1] not in SEPARATORS + " ":
+            out.append((glue, cur))
+            glue, cur = "", ""
+    if cur:
+        out.append((glue, cur))
+    return out
+
+
+def _fill(pieces: list[tuple[str, str]]) -> list[str]:
+    """Greedy lines of at most WRAP characters (a piece longer than WRAP gets a line alone)."""
+    lines: list[str] = []
+    for glue, piece in pieces:
+        if lines and len(lines[-1]) + len(glue) + len(piece) <= WRAP:
+            lines[-1] += glue + piece
+        else:
+            lines.append(piece)
+    return lines or [""]
+
+
 def node_label(name: str, key: int) -> tuple[str, bool]:
-    """``name`` wrapped at WRAP characters on at most MAX_LINES lines; a longer one is cut
-    and numbered ``[key]`` (returns ``(label, cut)``)."""
-    lines = textwrap.wrap(name, WRAP, break_long_words=True, break_on_hyphens=False) or [""]
-    if len(lines) <= MAX_LINES:
+    """``name`` on at most MAX_LINES lines of at most WRAP characters, broken only at spaces
+    or after separators (never inside a word); a name that does not fit is cut, marked
+    ``...`` and numbered ``[key]`` for the key under the graph (returns ``(label, cut)``)."""
+    lines = _fill(_pieces(name))
+    if len(lines) <= MAX_LINES and max(map(len, lines)) <= WRAP:
         return "\n".join(lines), False
-    head = f"[{key}] "
-    lines = textwrap.wrap(head + name, WRAP, break_long_words=True, break_on_hyphens=False)
-    kept = lines[:MAX_LINES]
-    kept[-1] = kept[-1][: WRAP - 3] + "..."
+    lines = _fill(_pieces(f"[{key}] {name}"))
+    kept = []
+    for line in lines:
+        if len(kept) == MAX_LINES - 1 or len(line) > WRAP:
+            kept.append(line[: WRAP - 3] + "...")  # the cut: the key has the whole name
+            break
+        kept.append(line)
     return "\n".join(kept), True
 
 
@@ -108,16 +150,6 @@ def _facts(expl: Any) -> dict[tuple[int, int, int], tuple[int, str]]:
     return out
 
 
-def _edge_end(center: tuple[float, float], box: tuple[float, float], toward: tuple[float, float]
-              ) -> tuple[float, float]:  # fmt: skip
-    """Where the ray from a node's centre toward ``toward`` leaves its box (plus a gap)."""
-    (cx, cy), (w, h) = center, box
-    dx, dy = toward[0] - cx, toward[1] - cy
-    half_w, half_h = w / 2 + 0.03, h / 2 + 0.03
-    t = min(half_w / abs(dx) if dx else float("inf"), half_h / abs(dy) if dy else float("inf"))
-    return cx + dx * t, cy + dy * t
-
-
 def render(expl: Any) -> tuple[Any, dict[str, Any]]:
     """The figure of ``expl`` and its parts, for checks: ``graph`` (the graph's axes), ``legend``
     (the axes under it: legend and key), ``nodes`` and ``edge_labels`` (text artists)."""
@@ -137,13 +169,38 @@ def render(expl: Any) -> tuple[Any, dict[str, Any]]:
             cut.append(names[n])
     boxes = dict(zip(nodes, _measure([labels[n] for n in nodes]), strict=True))
     rels = sorted({lab for _, lab in facts.values()})
-    rel_w = max((w + 0.3 for w, _ in _measure(rels)), default=0.5)
+    measured = dict(zip(rels, _measure(rels), strict=True))
+    rel_w = max((w + 0.3 for w, _ in measured.values()), default=0.5)
     col = max(w for w, _ in boxes.values()) + max(rel_w, 0.8) + 0.3
     row = max(h for _, h in boxes.values()) + 2 * LINE_H + 0.45
-    pos = {n: (x * col, y * row) for n, (x, y) in grid.items()}
+    drawn = sorted(facts.items(), key=lambda kv: -kv[1][0])  # the best path's facts on top
+    # a label's box: its text and the 1-point pad of its white background (_measure adds a
+    # node box's padding instead)
+    sizes = [(w - BOX_PAD + 2 / 72, h - BOX_PAD + 2 / 72) for w, h in
+             (measured[lab] for _, (_, lab) in drawn)]  # fmt: skip
+    for attempt in range(SPREAD_TRIES):  # spread the layout until every label has a free spot
+        scale = SPREAD**attempt
+        pos = {n: (x * col * scale, y * row * scale) for n, (x, y) in grid.items()}
+        rads = edge_bends([(s, d) for (s, _, d), _ in drawn], pos, boxes)
+        ends = [curve(pos[s], boxes[s], pos[d], boxes[d], r)
+                for ((s, _, d), _), r in zip(drawn, rads, strict=True)]  # fmt: skip
+        node_boxes = [(pos[n][0] - boxes[n][0] / 2, pos[n][1] - boxes[n][1] / 2,
+                       pos[n][0] + boxes[n][0] / 2, pos[n][1] + boxes[n][1] / 2)
+                      for n in nodes]  # fmt: skip
+        spots = place_labels(ends, rads, sizes, node_boxes, attempt == SPREAD_TRIES - 1)
+        if spots is not None:
+            break
+    assert spots is not None
 
     xs = [pos[n][0] + s * boxes[n][0] / 2 for n in nodes for s in (-1, 1)]
     ys = [pos[n][1] + s * boxes[n][1] / 2 for n in nodes for s in (-1, 1)]
+    for (x, y), (w, h) in zip(spots, sizes, strict=True):
+        xs += [x - w / 2, x + w / 2]
+        ys += [y - h / 2, y + h / 2]
+    for (a, b), r in zip(ends, rads, strict=True):
+        pts = bezier(a, b, r, [i / 16 for i in range(17)])
+        xs += list(pts[:, 0])
+        ys += list(pts[:, 1])
     pad = 0.15 + LINE_H
     x0, x1, y0, y1 = min(xs) - pad, max(xs) + pad, min(ys) - pad, max(ys) + pad
     width, height = x1 - x0, y1 - y0
@@ -176,38 +233,19 @@ def render(expl: Any) -> tuple[Any, dict[str, Any]]:
             *pos[n], labels[n], ha="center", va="center", fontsize=FONT, zorder=3,
             bbox={"boxstyle": "round,pad=0.35", "facecolor": color, "edgecolor": "black"},
         )  # fmt: skip
-    edge_labels = []
-    pair_count: dict[tuple[int, int], int] = {}
-    for (s, _rel, d), (i, label) in sorted(facts.items(), key=lambda kv: -kv[1][0]):
-        pair = (min(s, d), max(s, d))
-        k = pair_count.get(pair, 0)
-        pair_count[pair] = k + 1
-        (xa, ya), (xb, yb) = pos[s], pos[d]
-        rad = 0.25 * k
-        crosses = any(
-            m not in (s, d) and abs(pos[m][1] - ya) < 1e-6 and abs(yb - ya) < 1e-6
-            and min(xa, xb) < pos[m][0] < max(xa, xb)
-            for m in nodes
-        )  # fmt: skip
-        if crosses and rad == 0:
-            rad = 0.35
-        # the control point of arc3's quadratic curve: midpoint + rad * (dy, -dx)
-        cx, cy = (xa + xb) / 2 + rad * (yb - ya), (ya + yb) / 2 - rad * (xb - xa)
-        start = _edge_end(pos[s], boxes[s], (cx, cy))
-        end = _edge_end(pos[d], boxes[d], (cx, cy))
+    edge_labels, edges = [], []
+    for (_, (i, label)), r, (start, end), spot in zip(drawn, rads, ends, spots, strict=True):
         color = PALETTE[i % len(PALETTE)]
-        ax.annotate(
+        edges.append(ax.annotate(
             "", xy=end, xytext=start, zorder=2,
             arrowprops={
                 "arrowstyle": "-|>", "color": color, "lw": 3.0 if i == 0 else 1.6,
-                "mutation_scale": 16, "connectionstyle": f"arc3,rad={rad}",
+                "mutation_scale": 16, "connectionstyle": f"arc3,rad={r}",
                 "shrinkA": 0, "shrinkB": 0,
             },
-        )  # fmt: skip
-        mx = (start[0] + end[0]) / 2 + rad / 2 * (end[1] - start[1])
-        my = (start[1] + end[1]) / 2 - rad / 2 * (end[0] - start[0])
+        ))  # fmt: skip
         edge_labels.append(ax.text(
-            mx, my, label, color=color, fontsize=FONT, ha="center", va="center", zorder=4,
+            *spot, label, color=color, fontsize=FONT, ha="center", va="center", zorder=4,
             bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.9, "pad": 1},
         ))  # fmt: skip
 
@@ -228,7 +266,8 @@ def render(expl: Any) -> tuple[Any, dict[str, Any]]:
     title = f"{query} -> {names[expl.tail]}   logit {expl.score:.3f}"
     wrapped = textwrap.wrap(title, max(40, int(fig_w / (CHAR_W * 10 / FONT))))
     fig.text(0.5, 1.0 - 0.08 / fig_h, "\n".join(wrapped), fontsize=10, ha="center", va="top")
-    parts = {"graph": ax, "legend": lax, "nodes": list(texts.values()), "edge_labels": edge_labels}
+    parts = {"graph": ax, "legend": lax, "nodes": list(texts.values()), "edge_labels": edge_labels,
+             "edges": edges}  # fmt: skip
     return fig, parts
 
 

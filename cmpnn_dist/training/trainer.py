@@ -120,6 +120,13 @@ class Trainer:
         self._last_save = time.monotonic()
         self._time_due = False
         self._said_no_valid = False
+        # train.max_minutes: seconds of training before this process (from the checkpoint),
+        # the clock of this process's loop, and whether the budget is spent (agreed by all ranks)
+        max_minutes = getattr(cfg.train, "max_minutes", None)
+        self._budget_s = 60.0 * max_minutes if max_minutes else None
+        self._trained_s = 0.0
+        self._clock0 = time.monotonic()
+        self._time_up = False
 
     def graph(self, g: Any) -> Any:
         """``g`` on the training device, cached (keeps Graph's lookup caches alive)."""
@@ -148,7 +155,12 @@ class Trainer:
             "best": {"state": self.best_state, "valid": self.best_valid, "step": self.best_step},
             "last_valid_step": self.last_valid_step,
             "last_valid_mrr": self.last_valid_mrr,
+            "train_seconds": self.train_seconds(),
         }
+
+    def train_seconds(self) -> float:
+        """Wall seconds this run has trained (its validations included), over every resume."""
+        return self._trained_s + time.monotonic() - self._clock0
 
     def save(self) -> Path | None:
         """Write a checkpoint of the current step (main rank only; others get None)."""
@@ -181,7 +193,7 @@ class Trainer:
         check_resumable(path, state, self.config_dict.get("model"), mine)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        if state.get("scheduler") is not None:  # checkpoints before the schedule existed: None
+        if state.get("scheduler") is not None:  # checkpoints without a schedule state: None
             self.scheduler.load_state_dict(state["scheduler"])
         self.sampler.load_state_dict(state["sampler"])
         self.history = list(state["history"])
@@ -194,6 +206,10 @@ class Trainer:
         self.step = int(state["step"])
         self.last_valid_step = int(state["last_valid_step"])
         self.last_valid_mrr = state["last_valid_mrr"]
+        self._trained_s = float(state.get("train_seconds", 0.0))
+        self._clock0 = time.monotonic()
+        if self._budget_s is not None and self._trained_s >= self._budget_s:
+            self.total_steps = min(self.total_steps, self.step)  # train.max_minutes is spent
         restore_rng_state(state["rng"])
         self.resumed_from = self.step
         logger.debug("resumed from step %d (%s)", self.step, path)  # the context announces it
@@ -219,12 +235,15 @@ class Trainer:
         loss.backward()
         self.optimizer.step()
         self.scheduler.step()
-        if not self._minutes:
+        if not self._minutes and self._budget_s is None:
             return float(self.ctx.all_reduce_mean(loss.detach()).item())
-        due = time.monotonic() - self._last_save >= 60.0 * self._minutes
-        both = torch.stack([loss.detach(), loss.new_tensor(float(due))])
-        loss_mean, due_mean = self.ctx.all_reduce_mean(both).tolist()
-        self._time_due = due_mean > 0
+        # the clocks' decisions ride on the loss all-reduce: any rank past -> every rank acts
+        due = bool(self._minutes) and time.monotonic() - self._last_save >= 60.0 * self._minutes
+        up = self._budget_s is not None and self.train_seconds() >= self._budget_s
+        flags = loss.detach().new_tensor([0.0, float(due), float(up)])
+        flags[0] = loss.detach()
+        loss_mean, due_mean, up_mean = self.ctx.all_reduce_mean(flags).tolist()
+        self._time_due, self._time_up = due_mean > 0, up_mean > 0
         return float(loss_mean)
 
     def validate(self, epoch: int) -> dict[str, Any]:
@@ -320,11 +339,16 @@ class Trainer:
                 lr = self.optimizer.param_groups[0]["lr"]  # the rate this step's update uses
                 loss = self.train_step(train_model)
                 self.step += 1
+                if self._time_up and self.step < total:  # train.max_minutes: this step is last
+                    total = self.total_steps = self.step
+                    if ctx.is_main:
+                        _say(f"train.max_minutes={tc.max_minutes} spent at step {self.step}")
                 recent.append(loss)
                 epoch_end = self.sampler.exhausted
                 if epoch_end:
                     self.sampler.set_epoch(epoch + 1)
                 row = {"kind": "train", "step": self.step, "epoch": epoch, "loss": loss, "lr": lr}
+                row["epochs_done"] = round(self.step / self.sampler.steps_per_epoch, 4)
                 row["time_s"] = round(time.perf_counter() - t0, 3)
                 ckpt = None
                 signum = ctx.stop_signal()  # the same answer on every rank

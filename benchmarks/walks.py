@@ -1,8 +1,8 @@
 """Count what two walks through the code touch: ``predict`` to a loaded model, ``train.py``
 to the first training step.
 
-    python docs/walks.py                       # this checkout
-    PYTHONPATH=/path/to/other/checkout python docs/walks.py   # another one (before / after)
+    python benchmarks/walks.py                 # this checkout
+    PYTHONPATH=/path/to/other/checkout python benchmarks/walks.py   # another checkout
 
 Each walk runs in a fresh process under ``sys.setprofile``; every call whose callee lives in
 ``cmpnn_dist/`` is recorded as (caller file, callee file).  Printed per walk:

@@ -1,0 +1,365 @@
+"""Every command in the README and in the guides marked runnable (``<!-- runnable -->``) is
+checked against the code, so the documentation cannot drift from it.
+
+The fenced ``bash`` / ``sh`` / ``console`` blocks are read (console: the ``$ `` lines, each
+followed by its documented output).  Each command is then, by what it is:
+
+* **run** as written, in one scratch working directory shared by all of them in document
+  order (README first), when it is cheap: ``python -m cmpnn_dist.<module>`` commands on the
+  built-in data or on "your own graph" (the test writes a small ``my_graph/`` and
+  ``my_graph_ind/`` holding the names the docs use), training with a step budget
+  (``train.max_steps`` set or replaced, the documented ``train.max_minutes`` kept).  A
+  documented ``error:`` line must be the command's last stderr line, and the relational WL
+  commands must print the documented lines;
+* **composed**: a training command that needs data, a GPU or a cluster (``conf=<preset>``,
+  ``cluster.*``, a ``-m`` sweep with every cell, the command inside ``ray job submit``) has its
+  configuration composed and validated, which fails on a key or value that does not exist;
+  evaluation and prediction commands with a placeholder (``<run>``) likewise for their
+  overrides;
+* **checked**: ``python benchmarks/X.py`` and ``bash benchmarks/X.sh``: the script exists and
+  every ``--option`` used is one it defines; ``python -m pytest PATH[::NAME]``: the test file
+  and function exist;
+* **left out**, with the reason recorded: installs, cluster and shell commands, downloads.
+
+The reference is the code itself: the CLIs, the schema, the scripts' own argument lists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import random
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MARK = "<!-- runnable -->"
+BUDGET = {"train.max_steps": "12", "train.progress": "false", "eval.max_queries": "64"}
+
+
+@dataclass
+class Command:
+    source: str  # file:line
+    text: str
+    output: list[str] = field(default_factory=list)
+
+
+def documents() -> list[Path]:
+    guides = sorted(p for p in (REPO / "docs").glob("*.md") if MARK in p.read_text())
+    return [REPO / "README.md", *guides]
+
+
+def commands(path: Path) -> list[Command]:
+    """The commands of the fenced shell blocks of ``path``, in order."""
+    out: list[Command] = []
+    lines = path.read_text().splitlines()
+    i = 0
+    while i < len(lines):
+        fence = re.match(r"^```(bash|sh|console)\s*$", lines[i])
+        i += 1
+        if not fence:
+            continue
+        block: list[tuple[int, str]] = []
+        while i < len(lines) and not lines[i].startswith("```"):
+            block.append((i + 1, lines[i]))
+            i += 1
+        i += 1
+        rel = path.relative_to(REPO) if path.is_relative_to(REPO) else path.name
+        if fence.group(1) == "console":
+            for lineno, line in block:
+                if line.startswith("$ "):
+                    out.append(Command(f"{rel}:{lineno}", line[2:]))
+                elif out and out[-1].source.startswith(f"{rel}:"):
+                    out[-1].output.append(line)
+            continue
+        text, start = "", None
+        for lineno, line in block:
+            start = start or lineno
+            if line.rstrip().endswith("\\"):
+                text += line.rstrip()[:-1] + " "
+                continue
+            text += line
+            if text.strip() and not text.strip().startswith("#"):
+                out.append(Command(f"{rel}:{start}", text.strip()))
+            text, start = "", None
+    return out
+
+
+def argv_of(text: str) -> tuple[dict[str, str], list[str]]:
+    """Environment assignments and the argument vector (shell comments dropped)."""
+    words = shlex.split(text, comments=True)
+    env = {}
+    while words and re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]):
+        key, _, value = words.pop(0).partition("=")
+        env[key] = value
+    return env, words
+
+
+LEFT_OUT = {
+    "pip": "an install",
+    "ray": "a Ray cluster command",
+    "sbatch": "a Slurm submission",
+    "kubectl": "a Kubernetes command",
+    "docker": "an image build",
+    "mkdir": "a shell step around data that is not here",
+    "cp": "a shell step around data that is not here",
+}
+
+
+def classify(argv: list[str]) -> tuple[str, str]:
+    """``(kind, reason)``: kind is run, compose, script, pytest, or left_out."""
+    if not argv:
+        return "left_out", "empty"
+    if argv[0] == "cat" and len(argv) == 2:
+        return "files", "the file the docs show"
+    if argv[0] in LEFT_OUT:
+        inner = argv[argv.index("--") + 1 :] if "--" in argv else []
+        if inner[:3] == ["python", "-m", "cmpnn_dist.train"]:
+            return "compose", "the job's command"
+        return "left_out", LEFT_OUT[argv[0]]
+    if argv[0] == "bash" and len(argv) > 1 and argv[1].startswith("benchmarks/"):
+        return "script", "a device script"
+    if argv[0] != "python":
+        return "left_out", f"{argv[0]}: a shell command"
+    if argv[1:2] == ["-c"]:
+        return "left_out", "a download"
+    if argv[1:3] == ["-m", "venv"]:
+        return "left_out", "an environment"
+    if argv[1:3] == ["-m", "pytest"]:
+        return "pytest", "the test suite itself"
+    if len(argv) > 1 and argv[1].startswith("benchmarks/"):
+        return "script", "a benchmark"
+    if argv[1] != "-m" or not argv[2].startswith("cmpnn_dist."):
+        return "left_out", "not a cmpnn_dist command"
+    module, args = argv[2], argv[3:]
+    if any("<" in a or "..." in a for a in args):
+        return "compose", "a placeholder"
+    if module == "cmpnn_dist.train":
+        if "-m" in args or any(a.startswith(("conf=", "cluster.")) for a in args):
+            return "compose", "needs data, a GPU or a cluster"
+        return "run", ""
+    if module == "cmpnn_dist.sweep":
+        return "compose", "needs a finished sweep"
+    if module == "cmpnn_dist.convert" and (
+        "--raw" in args or not args or not args[0].startswith("synthetic:")
+    ):
+        return "left_out", "needs raw files that are not here"
+    if module == "cmpnn_dist.convert" and "hetionet" in args[0]:
+        return "left_out", "needs Hetionet's node table"
+    return "run", ""
+
+
+def write_my_graph(cwd: Path) -> None:
+    """``my_graph/`` (transductive) and ``my_graph/`` + ``my_graph_ind/`` (inductive) holding
+    the entity and relation names the docs use."""
+    rnd = random.Random(0)
+    rels = ["/film/film/genre", "/r/a", "/r/b"]
+
+    def graph(names: list[str]) -> list[tuple[str, str, str]]:
+        facts = {(names[i], rels[i % 3], names[(i + 1) % len(names)]) for i in range(len(names))}
+        while len(facts) < 6 * len(names):
+            h, t = rnd.sample(names, 2)
+            facts.add((h, rnd.choice(rels), t))
+        return sorted(facts)
+
+    def write(folder: Path, facts: list[tuple[str, str, str]]) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        cover = facts[: len(facts) // 6]  # the ring above: every entity and relation
+        rest = facts[len(facts) // 6 :]
+        rnd.shuffle(rest)
+        k = len(rest) // 10
+        splits = {"train": cover + rest[2 * k :], "valid": rest[:k], "test": rest[k : 2 * k]}
+        for split, rows in splits.items():
+            text = "".join(f"{h}\t{r}\t{t}\n" for h, r, t in rows)
+            (folder / f"{split}.txt").write_text(text)
+
+    seen = ["/m/0qmfz", "/m/07s9rl0", *[f"/m/e{i}" for i in range(40)]]
+    write(cwd / "my_graph", graph(seen))
+    write(cwd / "my_graph_ind", graph(["/m/0qmfz", *[f"/m/n{i}" for i in range(30)]]))
+
+
+def with_budget(args: list[str]) -> list[str]:
+    out = [a for a in args if a.partition("=")[0] not in BUDGET]
+    return out + [f"{k}={v}" for k, v in BUDGET.items()]
+
+
+def entry(module: str):
+    import importlib
+
+    if module in (
+        "cmpnn_dist.predict",
+        "cmpnn_dist.wl",
+        "cmpnn_dist.convert",
+        "cmpnn_dist.storage",
+    ):
+        module += ".__main__"
+    mod = importlib.import_module(module)
+    return getattr(mod, "_main", None) or mod.main
+
+
+def run_in_process(module: str, args: list[str]) -> tuple[int, str, str]:
+    """The command's entry point in this process: (exit status, stdout, stderr)."""
+    from cmpnn_dist.cli import run_cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        main = entry(module)
+        if module in ("cmpnn_dist.convert", "cmpnn_dist.storage", "cmpnn_dist.sweep"):
+            try:
+                status = main(args)
+            except SystemExit as exc:
+                status = exc.code if isinstance(exc.code, int) else 1
+        else:
+            status = run_cli(main, args)
+    return status, out.getvalue(), err.getvalue()
+
+
+def compose_check(argv: list[str]) -> None:
+    """Compose (and validate) the configuration a training / evaluation command would use."""
+    from cmpnn_dist.cli import compose_config, split_args
+    from cmpnn_dist.sweep import expand
+
+    if "--" in argv:
+        argv = argv[argv.index("--") + 1 :]
+    module, args = argv[2], [a for a in argv[3:] if "<" not in a and "..." not in a]
+    if module in ("cmpnn_dist.sweep", "cmpnn_dist.report"):
+        entry(module)  # the command exists; its folder is a placeholder or needs Ray
+        assert len(argv[3:]) == 1 and not argv[3].startswith("-")
+        return
+    if module == "cmpnn_dist.evaluate":
+        _, overrides = split_args(args, ["ckpt", "weights"])
+        compose_config("default", overrides)
+        return
+    if module == "cmpnn_dist.predict":
+        from cmpnn_dist.predict.__main__ import SPECIAL
+
+        _, overrides = split_args(args, SPECIAL)
+        compose_config("default", overrides)
+        return
+    assert module == "cmpnn_dist.train", argv
+    multirun = "-m" in args
+    args = [a for a in args if a != "-m"]
+    special, overrides = split_args(args, ["conf", "sweep_name"])
+    preset = special.get("conf", "default")
+    if not multirun:
+        compose_config(preset, overrides)
+        return
+    fixed, cells = expand(overrides)
+    assert len(cells) > 1
+    for cell in cells:
+        compose_config(preset, [*fixed, *cell.overrides])
+
+
+def script_check(argv: list[str]) -> None:
+    path = REPO / next(a for a in argv if a.startswith("benchmarks/"))
+    assert path.is_file(), path
+    source = path.read_text()
+    for option in (a.split("=")[0] for a in argv if a.startswith("--")):
+        assert f'"{option}"' in source, f"{path.name} defines no {option}"
+
+
+def pytest_check(argv: list[str]) -> None:
+    for arg in argv[3:]:
+        if arg.startswith("-") or arg == "slow":
+            continue
+        file, _, name = arg.partition("::")
+        assert (REPO / file).is_file(), file
+        if name:
+            assert f"def {name.split('[')[0]}(" in (REPO / file).read_text(), arg
+
+
+ALL = [c for doc in documents() for c in commands(doc)]
+
+
+def test_the_docs_have_commands_of_every_kind():
+    kinds = {}
+    for c in ALL:
+        kind, _ = classify(argv_of(c.text)[1])
+        kinds.setdefault(kind, []).append(c)
+    assert {"run", "compose", "script", "pytest", "left_out", "files"} <= set(kinds)
+    assert len(kinds["run"]) >= 15 and len(kinds["compose"]) >= 10
+    assert len(documents()) >= 6  # the README and the guides marked runnable
+
+
+def test_every_documented_command(tmp_path, monkeypatch):
+    """All commands, in document order, in one scratch folder (see the module docstring).  The
+    repository's ``tests/`` is linked into it (the docs name fixtures by that path), and a file
+    the docs show with ``cat FILE`` is written there with the content shown."""
+    import importlib.util
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CMPNN_STORAGE_ROOT", raising=False)
+    write_my_graph(tmp_path)
+    (tmp_path / "tests").symlink_to(REPO / "tests")
+    done: set[str] = set()
+    ran = 0
+    for c in ALL:
+        env, argv = argv_of(c.text)
+        kind, why = classify(argv)
+        where = f"{c.source}: {c.text}"
+        if kind == "left_out":
+            assert why, where
+            continue
+        if kind == "files":
+            if not (tmp_path / argv[1]).exists():
+                (tmp_path / argv[1]).write_text("".join(f"{line}\n" for line in c.output))
+            continue
+        if kind == "script":
+            script_check(argv)
+            continue
+        if kind == "pytest":
+            pytest_check(argv)
+            continue
+        if kind == "compose":
+            try:
+                compose_check(argv)
+            except Exception as exc:  # noqa: BLE001 (reported with the command)
+                pytest.fail(f"{where}\n{type(exc).__name__}: {exc}")
+            continue
+        error = c.output[-1] if c.output and c.output[-1].startswith("error: ") else None
+        if error and "Triton" in error and importlib.util.find_spec("triton") is not None:
+            continue  # that error is the message of a machine without Triton
+        key = " ".join(argv)
+        if key in done and not c.output:
+            continue
+        done.add(key)
+        module, args = argv[2], argv[3:]
+        if module == "cmpnn_dist.train" and not error and "--help" not in args:
+            args = with_budget(args)
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        status, out, err = run_in_process(module, args)
+        ran += 1
+        if error:
+            assert status == 2 and err.strip().splitlines()[-1] == error, (where, err[-2000:])
+            continue
+        assert status == 0, (where, err[-3000:])
+        if module == "cmpnn_dist.wl":
+            assert out.strip().splitlines()[:-1] == c.output, where
+    assert ran >= 15
+
+
+def test_the_parser_on_a_hand_made_document(tmp_path):
+    doc = tmp_path / "x.md"
+    doc.write_text(
+        "text\n```bash\npython -m cmpnn_dist.train \\\n    conf=trisqr   # a comment\n# only a"
+        " comment\n```\n```console\n$ python -m cmpnn_dist.wl g.tsv --pair a,b\nline 1\n"
+        "line 2\n$ python -m cmpnn_dist.train x=1\nerror: no\n```\n```python\nprint(1)\n```\n"
+    )
+    got = [(c.text, c.output) for c in commands(doc)]
+    assert got == [
+        ("python -m cmpnn_dist.train      conf=trisqr   # a comment", []),
+        ("python -m cmpnn_dist.wl g.tsv --pair a,b", ["line 1", "line 2"]),
+        ("python -m cmpnn_dist.train x=1", ["error: no"]),
+    ]
+    assert argv_of(got[0][0])[1] == ["python", "-m", "cmpnn_dist.train", "conf=trisqr"]
+    assert classify(argv_of(got[0][0])[1])[0] == "compose"
+    assert classify(["python", "-m", "cmpnn_dist.train", "run_name=x"])[0] == "run"
+    assert with_budget(["train.max_steps=null", "a=1"]) == [
+        "a=1", "train.max_steps=12", "train.progress=false", "eval.max_queries=64",
+    ]  # fmt: skip
+    assert classify(["cat", "queries.tsv"]) == ("files", "the file the docs show")
