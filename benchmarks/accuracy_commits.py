@@ -48,8 +48,9 @@ DATA_ROOT = (REPO.parent / "shared" / "data").resolve()  # the worktrees sit els
 
 def resolve(commit: str) -> str:
     """Full hash of ``commit`` in this repository."""
-    out = subprocess.run(["git", "-C", str(REPO), "rev-parse", commit], capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", commit], capture_output=True, text=True, check=True
+    )
     return out.stdout.strip()
 
 
@@ -58,8 +59,11 @@ def checkout(storage: Path, sha: str) -> Path:
     where = storage / "src" / sha[:7]
     if not (where / "cmpnn_dist").is_dir():
         where.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(where), sha],
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["git", "-C", str(REPO), "worktree", "add", "--detach", str(where), sha],
+            check=True,
+            capture_output=True,
+        )
     return where
 
 
@@ -70,9 +74,18 @@ def run_cell(storage: Path, sha: str, preset: str, seed: int, extra: list[str]) 
     if (run_dir / "results.json").is_file():
         return run_dir
     src = checkout(storage, sha)
-    cmd = [sys.executable, "-m", "cmpnn_dist.train", f"conf={preset}", f"train.seed={seed}",
-           f"run_name={run_dir.name}", "train.progress=false", f"storage_root={root}",
-           f"data_root={DATA_ROOT}", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "cmpnn_dist.train",
+        f"conf={preset}",
+        f"train.seed={seed}",
+        f"run_name={run_dir.name}",
+        "train.progress=false",
+        f"storage_root={root}",
+        f"data_root={DATA_ROOT}",
+        *extra,
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(src))
     log = storage / "logs" / f"{sha[:7]}-s{seed}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -81,8 +94,10 @@ def run_cell(storage: Path, sha: str, preset: str, seed: int, extra: list[str]) 
         fh.write(f"$ {' '.join(cmd[1:])}\n")
         fh.flush()
         proc = subprocess.run(cmd, cwd=src, env=env, stdout=fh, stderr=subprocess.STDOUT)
-    print(f"{sha[:7]} seed {seed}: rc {proc.returncode} in {time.perf_counter() - start:.0f} s",
-          flush=True)
+    print(
+        f"{sha[:7]} seed {seed}: rc {proc.returncode} in {time.perf_counter() - start:.0f} s",
+        flush=True,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed; see {log}")
     return run_dir
@@ -92,10 +107,13 @@ def cell_row(run_dir: Path) -> dict:
     """Test metrics of a finished cell, with Hits@10 of 50 re-scored under every rule."""
     summary = json.loads((run_dir / "results.json").read_text())
     test = summary["test"]
-    row = {"run_dir": str(run_dir), **{m: test[m] for m in METRICS},
-           "hits@10_50_as_run": test.get("hits@10_50"),
-           # a run that names no rule computed n_negatives, the only rule there was then
-           "hits@10_50_rule_as_run": test.get("hits_negatives_rule", "n_negatives")}
+    row = {
+        "run_dir": str(run_dir),
+        **{m: test[m] for m in METRICS},
+        "hits@10_50_as_run": test.get("hits@10_50"),
+        # a run that names no rule computed n_negatives, the only rule there was then
+        "hits@10_50_rule_as_run": test.get("hits_negatives_rule", "n_negatives"),
+    }
     ranks = run_dir / "ranks_test_all.parquet"
     if not ranks.is_file() and row["hits@10_50_as_run"] is not None:
         row[f"hits@10_50_{row['hits@10_50_rule_as_run']}"] = row["hits@10_50_as_run"]
@@ -109,8 +127,9 @@ def cell_row(run_dir: Path) -> dict:
         rank = torch.tensor(t.column("rank").to_numpy(), dtype=torch.float64)
         cands = torch.tensor(t.column("candidates").to_numpy())
         for rule in HITS_NEGATIVES_RULES:
-            row[f"hits@10_50_{rule}"] = float(hits_at_k_with_negatives(rank, cands, 10, 50,
-                                                                       rule).mean())
+            row[f"hits@10_50_{rule}"] = float(
+                hits_at_k_with_negatives(rank, cands, 10, 50, rule).mean()
+            )
     return row
 
 
@@ -123,15 +142,27 @@ def welch_t(a: list[float], b: list[float]) -> float:
 
 
 def summarise(rows: dict[str, list[dict]], commits: list[str]) -> dict:
-    keys = sorted({k for rs in rows.values() for r in rs for k in r
-                   if k in METRICS or (k.startswith("hits@10_50_") and "rule" not in k
-                                       and k != "hits@10_50_as_run")})
+    keys = sorted(
+        {
+            k
+            for rs in rows.values()
+            for r in rs
+            for k in r
+            if k in METRICS
+            or (k.startswith("hits@10_50_") and "rule" not in k and k != "hits@10_50_as_run")
+        }
+    )
     out: dict = {}
     for key in keys:
         per = {c: [r[key] for r in rows[c] if r.get(key) is not None] for c in commits}
-        out[key] = {c: {"values": v, "mean": statistics.mean(v) if v else None,
-                        "std": statistics.stdev(v) if len(v) > 1 else None}
-                    for c, v in per.items()}
+        out[key] = {
+            c: {
+                "values": v,
+                "mean": statistics.mean(v) if v else None,
+                "std": statistics.stdev(v) if len(v) > 1 else None,
+            }
+            for c, v in per.items()
+        }
         if len(commits) == 2:
             out[key]["welch_t"] = welch_t(per[commits[0]], per[commits[1]])
     return out
@@ -150,9 +181,11 @@ def markdown(result: dict) -> str:
         "  the first) / its standard error; |t| > 2.3 (about p < 0.05 at these sizes) is a",
         "  difference the seeds' spread does not explain.",
         "",
-        "| metric | " + " | ".join(
+        "| metric | "
+        + " | ".join(
             f"{c[:7]} (seeds {', '.join(str(r['seed']) for r in result['cells'][c])})"
-            for c in commits)
+            for c in commits
+        )
         + " | Welch t |",
         "|---|" + "---|" * (len(commits) + 1),
     ]
@@ -180,14 +213,20 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--extra", nargs="*", default=[])
     parser.add_argument("--storage", required=True)
-    parser.add_argument("--load", default="idle apart from the cells themselves",
-                        help="what else ran on the machine, for the results header")
+    parser.add_argument(
+        "--load",
+        default="idle apart from the cells themselves",
+        help="what else ran on the machine, for the results header",
+    )
     parser.add_argument("--reading", default="", help="a paragraph of interpretation")
-    parser.add_argument("--collect", action="store_true",
-                        help="only summarise the finished cells")
-    parser.add_argument("--cells", nargs="*", metavar="COMMIT:SEED",
-                        help="run only these cells, in this order (default: every seed of "
-                        "both commits, interleaved)")
+    parser.add_argument("--collect", action="store_true", help="only summarise the finished cells")
+    parser.add_argument(
+        "--cells",
+        nargs="*",
+        metavar="COMMIT:SEED",
+        help="run only these cells, in this order (default: every seed of "
+        "both commits, interleaved)",
+    )
     args = parser.parse_args()
     storage = Path(args.storage).resolve()
     commits = [resolve(c) for c in args.commits]
@@ -197,8 +236,9 @@ def main() -> None:
         todo = [(resolve(c), int(s)) for c, _, s in (x.rpartition(":") for x in args.cells)]
     if not args.collect:
         with ThreadPoolExecutor(args.parallel) as pool:
-            list(pool.map(lambda cs: run_cell(storage, cs[0], args.preset, cs[1], args.extra),
-                          todo))
+            list(
+                pool.map(lambda cs: run_cell(storage, cs[0], args.preset, cs[1], args.extra), todo)
+            )
     rows: dict[str, list[dict]] = {c: [] for c in commits}
     for c, s in cells:
         run_dir = storage / f"runs_{c[:7]}" / "runs" / f"{c[:7]}-s{s}"

@@ -90,8 +90,9 @@ ENTRIES = _entries()
 # al., "Neural Bellman-Ford Networks", NeurIPS 2021 (arXiv:2106.06935), the inductive relation
 # prediction table: Hits@10 against 50 sampled negatives, GraIL's splits, in SPLITS' order.
 PEERS: dict[str, dict[str, float]] = {
-    "NBFNet": dict(zip(SPLITS, [0.948, 0.905, 0.893, 0.890, 0.834, 0.949, 0.951, 0.960],
-                       strict=True)),
+    "NBFNet": dict(
+        zip(SPLITS, [0.948, 0.905, 0.893, 0.890, 0.834, 0.949, 0.951, 0.960], strict=True)
+    ),
 }
 
 

@@ -200,8 +200,11 @@ def report(sweep: Path) -> tuple[Path, list[Path]]:
     if tables:
         lines += ["", "Paper values from: " + ", ".join(sorted(tables)) + "."]
     if any(f"{p} {m}" in r for r in rows for p in PEERS for m in metrics):
-        lines += ["", "NBFNet (published): Zhu et al., NeurIPS 2021, inductive relation "
-                  "prediction table (Hits@10 of 50 negatives)."]
+        lines += [
+            "",
+            "NBFNet (published): Zhu et al., NeurIPS 2021, inductive relation "
+            "prediction table (Hits@10 of 50 negatives).",
+        ]
     if "test_hits@10_50" in metrics:
         lines += ["", hits_rule_line(sweep)]
     md = write_atomic(sweep / "report.md", "\n".join(lines) + "\n")

@@ -278,7 +278,7 @@ def test_synthetic_params_are_recorded_and_compared(tmp_path, capsys):
 
 
 def test_fb237_with_a_wrong_data_root_is_refused(tmp_path, shared_data):
-    """``conf=fb237_ind_v1 data_root=/nope`` with a cached copy: refused, not trained on the copy."""
+    """``conf=fb237_ind_v1 data_root=/nope`` with a cached copy: refused, not trained on it."""
     from cmpnn_dist.train import _main
 
     storage = f"storage_root={tmp_path}"
