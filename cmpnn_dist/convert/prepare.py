@@ -156,6 +156,7 @@ SOURCES = (
     "synthetic:rule_kg_inductive",
     "synthetic:trisqr",
     "synthetic:biokg_scale",
+    "synthetic:biokg_rules",
     "synthetic:hetionet_schema",
 )
 
@@ -186,6 +187,8 @@ def convert_source(
             return syn.build_rule_kg(synthetic, inductive=True)
         if kind == "trisqr":
             return syn.build_trisqr(synthetic)
+        if kind == "biokg_rules":
+            return syn.build_biokg_rules(synthetic)
         if kind == "hetionet_schema":  # raw_path: optional folder of the real node table
             return syn.build_hetionet_schema(synthetic, raw_path)
         return syn.build_biokg_scale(synthetic)
