@@ -192,7 +192,7 @@ def governor_for(cfg: Any, data: Any, world_size: int = 1) -> ThreadGovernor:
     use at most ``cluster.cpus_per_worker`` threads, the CPUs Ray reserved for them.
     """
     tc = cfg.train
-    fixed = 1 if tc.deterministic else getattr(tc, "num_threads", None)
+    fixed = 1 if tc.deterministic else tc.num_threads
     cap = None
     if cfg.cluster.num_workers > 0 and not cfg.cluster.use_gpu:
         cap = cfg.cluster.cpus_per_worker

@@ -116,13 +116,13 @@ class Trainer:
         self.config_dict = config_to_dict(cfg)
         # checkpoint.every_minutes: the clock restarts at each checkpoint; the decision rides on
         # the loss all-reduce (any rank past the interval -> all ranks checkpoint together)
-        self._minutes = getattr(cfg.checkpoint, "every_minutes", None)
+        self._minutes = cfg.checkpoint.every_minutes
         self._last_save = time.monotonic()
         self._time_due = False
         self._said_no_valid = False
         # train.max_minutes: seconds of training before this process (from the checkpoint),
         # the clock of this process's loop, and whether the budget is spent (agreed by all ranks)
-        max_minutes = getattr(cfg.train, "max_minutes", None)
+        max_minutes = cfg.train.max_minutes
         self._budget_s = 60.0 * max_minutes if max_minutes else None
         self._trained_s = 0.0
         self._clock0 = time.monotonic()

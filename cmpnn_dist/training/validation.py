@@ -44,7 +44,7 @@ def evaluate_split(
     world = int(getattr(ctx, "world_size", 1)) if ctx is not None else 1
     gather = getattr(ctx, "all_gather_rows", None) if world > 1 else None
     if progress is None:
-        progress = bool(getattr(cfg.train, "progress", False)) and rank == 0
+        progress = bool(cfg.train.progress) and rank == 0
     ev = cfg.eval
     protocol, ties = _choice(ev, "protocol", "all"), _choice(ev, "ties", "pessimistic")
     was_training = model.training
