@@ -48,6 +48,7 @@ Split = Literal["valid", "test"]
 Negatives = Literal["typed", "uniform"]
 Protocol = Literal["all", "typed", "ogb"]
 Ties = Literal["pessimistic", "average"]
+EvalFilter = Literal["all", "facts"]
 HitsNegativesRule = Literal["paper", "nbfnet_pyg", "n_negatives"]
 Backend = Literal["auto", "gloo", "nccl"]
 
@@ -234,6 +235,12 @@ class EvalConfig:
     # pessimistic (a tied target ranks below its ties) | average (OGB: mean of the optimistic
     # and pessimistic rank); protocol=ogb always uses average, as ogb's Evaluator does
     ties: str = option("pessimistic", Ties)
+    # which true answers a ranking filters out: all (every known fact: the split graph's train,
+    # valid and test facts) | facts (an inductive split ranks among the facts of the graph it
+    # is ranked on only, as the paper's code does: HxyScotthuang/CMPNN cmpnn/task.py,
+    # InductiveKnowledgeGraphCompletion.target; other test answers count as negatives; a
+    # transductive split filters every fact either way, as that code does)
+    filter: str = option("all", EvalFilter)
     # which splits are ranked: "valid" after every epoch (it picks the best weights; without it
     # the last weights are kept), "test" once at the end
     splits: list[str] = option(["valid", "test"], Split, each=True)

@@ -41,7 +41,7 @@ def evaluate_checkpoint(path: str | Path, overrides: list[str], weights: str = "
 
     ckpt, state, cfg = load_checkpoint_config(path, overrides)  # read-only, whole, in memory
     dataset = ensure_dataset(cfg)
-    data = load_train_data(dataset)
+    data = load_train_data(dataset, cfg.eval.filter)
     run_loc = run_dir_of(ckpt)  # the run folder of the checkpoint read
     # outputs are staged in a temporary folder (inside the run folder when it is local, so
     # the final renames stay on one filesystem) and published together at the end, the

@@ -58,7 +58,7 @@ def train(cfg: Config, argv: Sequence[str] = ()) -> dict[str, Any]:
             backend_for(cfg)
         path = ensure_dataset(cfg, check_size=lambda n, where: preflight.check_batch(cfg, n, where))
         sizes = preflight.check_dataset(cfg, path)
-        data = None if distributed else load_train_data(path)
+        data = None if distributed else load_train_data(path, cfg.eval.filter)
         run = rf.run_folder(cfg.storage_root, cfg.run_name)
         claim = rf.claim_run(run, cfg.resume)  # one run per folder (resume=false: moved aside)
         try:

@@ -15,6 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 BAD_VALUES = [
     ("train.lr=-0.1", "train.lr must be > 0"),
+    ("eval.filter=tests", "eval.filter"),
     ("train.epochs=0", "train.epochs must be >= 1"),
     ("train.max_steps=-1", "train.max_steps must be >= 1"),
     ("eval.splits=[foo]", "bad value 'foo' for eval.splits"),

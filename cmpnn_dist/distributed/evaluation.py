@@ -61,7 +61,7 @@ def eval_worker(config: dict[str, Any]) -> None:
         torch.set_num_threads(max(1, int(cfg.cluster.cpus_per_worker)))
     ctx = EvalContext(device)
     state = ray.get(config["state"])  # read once by the driver (a live run may prune it)
-    data = load_train_data(config["dataset"])
+    data = load_train_data(config["dataset"], cfg.eval.filter)
     model = model_from_state(
         cfg, state, config["weights"], data.num_relations, data.num_nodes, data.inductive
     )

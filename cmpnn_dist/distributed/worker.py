@@ -147,7 +147,9 @@ def train_worker(config: dict[str, Any]) -> None:
             keep_last=cfg.checkpoint.keep_last,
             stops=config.get("outcome"),
         )
-        data = load_train_data(open_dataset(remote.localize_dataset(config["dataset"])))
+        data = load_train_data(
+            open_dataset(remote.localize_dataset(config["dataset"])), cfg.eval.filter
+        )
         result = fit(cfg, data, ctx, run_dir=ctx.run_dir)
         ctx.in_loop = False
         if ctx.is_main:

@@ -82,7 +82,7 @@ def filtered_rank(scores: Tensor, target: Tensor, filter_mask: Tensor) -> tuple[
 
 # the non-numeric entries of a split's results (how it was ranked): text columns in
 # metrics.csv (``valid_protocol``, ``test_hits_negatives_rule``), labels in summaries
-RESULT_LABELS: tuple[str, ...] = ("protocol", "ties", "hits_negatives_rule")
+RESULT_LABELS: tuple[str, ...] = ("protocol", "ties", "hits_negatives_rule", "filter")
 TIES: tuple[str, ...] = choices(Ties)  # the config's Literals: the one list
 HITS_NEGATIVES_RULES: tuple[str, ...] = choices(HitsNegativesRule)
 

@@ -6,7 +6,8 @@ evaluation filters with train + valid + test facts.
 
 Inductive (GraIL: graphs "train" and "test"): training and validation use graph "train"
 (filter: its train + valid + test facts); testing uses graph "test" whose message graph is its
-own train facts, with queries its test facts and filter its train + valid + test facts.
+own train facts, with queries its test facts and filter its train + valid + test facts
+(``eval.filter=facts``: each split's graph's train facts only, as the paper's code).
 
 ``train.filter_triples`` holds the *training facts only*: it is what strict negatives avoid
 during training, and must not reveal validation / test facts to the model.
@@ -67,9 +68,16 @@ def _all_facts(gd: Any) -> Tensor:
     return torch.cat([_facts(gd, s) for s in ("train", "valid", "test")])
 
 
-def load_train_data(ds: Any) -> TrainData:
+def load_train_data(ds: Any, eval_filter: str = "all") -> TrainData:
     """Build :class:`TrainData` from a dataset folder (``str`` / ``Path``, opened with
-    :func:`cmpnn_dist.storage.open_dataset`) or an opened storage ``Dataset``."""
+    :func:`cmpnn_dist.storage.open_dataset`) or an opened storage ``Dataset``.
+
+    ``eval_filter`` (``eval.filter``): ``all`` filters valid / test rankings with every fact
+    of their graph; ``facts`` filters an inductive split with its graph's train facts only
+    (the facts it passes messages over), as the paper's code does.  Transductive splits
+    filter with every fact either way."""
+    if eval_filter not in ("all", "facts"):
+        raise ValueError(f"eval_filter must be all or facts, got {eval_filter!r}")
     if isinstance(ds, str | PathLike):
         from cmpnn_dist.storage import open_dataset
 
@@ -82,10 +90,9 @@ def load_train_data(ds: Any) -> TrainData:
     negs = getattr(ds, "negatives", lambda split: None)
     if ds.inductive:
         g_test = ds.graph_data("test")
-        valid = SplitData(graph, _facts(g_train, "valid"), _all_facts(g_train), types)
-        test = SplitData(
-            g_test.graph(), _facts(g_test, "test"), _all_facts(g_test), g_test.node_types
-        )
+        known = _all_facts if eval_filter == "all" else (lambda gd: _facts(gd, "train"))
+        valid = SplitData(graph, _facts(g_train, "valid"), known(g_train), types)
+        test = SplitData(g_test.graph(), _facts(g_test, "test"), known(g_test), g_test.node_types)
     else:
         filt = _all_facts(g_train)
         valid = SplitData(graph, _facts(g_train, "valid"), filt, types, negs("valid"))

@@ -87,6 +87,8 @@ def evaluate_split(
                 )
     finally:
         model.train(was_training)
+    if _choice(ev, "filter", "all") != "all":  # named only when it is not the default
+        metrics["filter"] = _choice(ev, "filter", "all")
     return {k: (v if isinstance(v, str) else float(v)) for k, v in metrics.items()}
 
 
