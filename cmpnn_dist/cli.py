@@ -92,6 +92,7 @@ def compose_config(preset: str, overrides: Sequence[str]) -> Config:
         given = f" with {' '.join(user_overrides)}" if user_overrides else ""
         raise UsageError(f"config error in conf/{preset}.yaml{given}: {_one_line(exc)}") from exc
     assert isinstance(obj, Config)
+    import cmpnn_dist.convert.sources  # noqa: F401  (registers the dataset sources)
     import cmpnn_dist.model.messages  # noqa: F401  (registers the message functions' checks)
 
     try:
@@ -113,6 +114,8 @@ def help_text(doc: str | None) -> str:
     """``--help``: the command's docstring, the presets and every config key with its default
     and, for choice fields, the allowed values (read from the schema, so it never drifts)."""
     import dataclasses
+
+    import cmpnn_dist.convert.sources  # noqa: F401  (registered data.source values)
 
     lines = [(doc or "").strip(), "", "presets (conf=NAME): " + ", ".join(available_presets())]
     for group, options in config_groups().items():

@@ -15,7 +15,7 @@ import json
 import sys
 import time
 
-from cmpnn_dist.convert import SOURCES, build_dataset
+from cmpnn_dist.convert import build_dataset, sources
 from cmpnn_dist.storage.errors import StorageError
 
 
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m cmpnn_dist.convert",
         description="Convert a graph source into an Arrow dataset.",
     )
-    parser.add_argument("source", choices=SOURCES)
+    parser.add_argument("source", choices=sources.names())
     parser.add_argument("out_dir", help="dataset folder to create (replaced atomically)")
     parser.add_argument("--raw", dest="raw_path", help="folder of the raw files / OGB root")
     parser.add_argument("--shards", type=int, default=4, help="CSR shards per graph")

@@ -1,12 +1,14 @@
 """Dataset preparation: one call, :func:`ensure_dataset`, from a config to a ready dataset folder,
-and the build it runs, :func:`build_dataset` (a raw source -> an Arrow dataset folder; also the
-``python -m cmpnn_dist.convert`` CLI's).
+and the build it runs, :func:`build` (a :class:`~cmpnn_dist.convert.sources.BuildSpec` -> an
+Arrow dataset folder; :func:`build_dataset` makes the spec from keyword arguments for the
+``python -m cmpnn_dist.convert`` CLI and scripts).
 
 ``ensure_dataset(cfg)`` plans (:func:`cmpnn_dist.convert.source.plan`: use the cached copy,
 rebuild it, or refuse) and, when needed, builds the Arrow dataset from ``cfg.data.source``
-with :func:`build_dataset` (written into a hidden sibling folder, then
-renamed).  Bad input is a :class:`~cmpnn_dist.errors.UsageError` naming the folder or key;
-the CLIs (``train``, ``evaluate``, ``predict``) and the sweep call this and nothing else.
+(its registered :mod:`~cmpnn_dist.convert.sources` entry) with :func:`build` (written into a
+hidden sibling folder, then renamed).  Bad input is a :class:`~cmpnn_dist.errors.UsageError`
+naming the folder or key; the CLIs (``train``, ``evaluate``, ``predict``) and the sweep call
+this and nothing else.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from cmpnn_dist.config import Config
-from cmpnn_dist.convert.source import BuildSpec, SourceMissing, plan, source_record
+from cmpnn_dist.convert import sources
+from cmpnn_dist.convert.source import SourceMissing, plan, source_record
+from cmpnn_dist.convert.sources import BuildSpec
 from cmpnn_dist.errors import UsageError
 from cmpnn_dist.storage import fs
 from cmpnn_dist.storage.errors import StorageError
@@ -33,21 +36,6 @@ def dataset_path(cfg: Config) -> Path:
     if root is None:
         root = fs.cache_dir()
     return root / "datasets" / cfg.data.name
-
-
-_MISSING_DATA_HINTS = {
-    "ogb:biokg": (
-        "put OGB's ogbl_biokg folder there, so that {raw}/ogbl_biokg/split/random/train.pt "
-        "exists (unzip http://snap.stanford.edu/ogb/data/linkproppred/biokg.zip and rename its "
-        "biokg folder to ogbl_biokg; where there is network, ogb's loader downloads it: "
-        'python -c "from ogb.linkproppred import LinkPropPredDataset as D; '
-        "D('ogbl-biokg', root='{raw}')\"), or set data.raw_path=FOLDER"
-    ),
-    "hetionet": (
-        "put hetio's hetionet-v1.0-edges.sif.gz and hetionet-v1.0-nodes.tsv there "
-        "(https://github.com/hetio/hetionet, folder hetnet/tsv), or set data.raw_path=FOLDER"
-    ),
-}
 
 
 def ensure_dataset(
@@ -67,19 +55,11 @@ def ensure_dataset(
     graph too small to train is refused (by raising) before anything is printed or written.
     """
     d = cfg.data
-    if d.source not in SOURCES:  # before anything is printed or built
-        raise UsageError(f"data.source={d.source!r} is unknown; known: {', '.join(SOURCES)}")
+    if d.source not in sources.names():  # before anything is printed or built
+        known = ", ".join(sources.names())
+        raise UsageError(f"data.source={d.source!r} is unknown; known: {known}")
     path = dataset_path(cfg)
-    wanted = BuildSpec.make(
-        d.source,
-        d.raw_path,
-        num_shards=d.num_shards,
-        drop_unseen_entities=d.drop_unseen_entities,
-        keep_unseen_entities=d.keep_unseen_entities,
-        node_types=d.node_types,
-        synthetic=dict(d.synthetic),
-        origin="config",
-    )
+    wanted = spec_for(cfg)
     try:
         todo = plan(path, wanted, force=d.rebuild)
     except (StorageError, OSError) as exc:
@@ -94,17 +74,15 @@ def ensure_dataset(
         print(f"warning: {todo.reason.split('; ')[0]}; using the cached copy", file=sys.stderr)
         return _checked(path)
     spec = todo.spec
+    source = sources.get(spec.source)
     if spec.raw_path is not None and not Path(spec.raw_path).exists():
-        hint = _MISSING_DATA_HINTS.get(spec.source, "set data.raw_path=... or data_root=...")
         raise UsageError(
             f"data for {d.name!r} not found: {spec.raw_path} does not exist "
-            f"(source {spec.source}); " + hint.format(raw=spec.raw_path)
+            f"(source {spec.source}); " + source.missing_hint.format(raw=spec.raw_path)
         )
-    if check_size is not None and spec.source.startswith("tsv:") and spec.raw_path:
-        from cmpnn_dist.convert.tsv import train_lines
-
+    if check_size is not None and source.train_lines is not None and spec.raw_path:
         try:
-            where, lines = train_lines(spec.raw_path)
+            where, lines = source.train_lines(Path(spec.raw_path))
         except (StorageError, OSError):
             pass  # no readable training file: the build names it
         else:
@@ -130,86 +108,47 @@ def _checked(path: Path) -> Path:
     return path
 
 
-def build(spec: BuildSpec, path: Path, name: str) -> Path:
-    """Build ``spec`` at ``path`` atomically (written into a hidden sibling folder, then
-    renamed over the old copy: :func:`cmpnn_dist.storage.writer.write_dataset`)."""
-    return build_dataset(
-        spec.source,
-        path,
-        raw_path=spec.raw_path,
-        num_shards=spec.num_shards,
-        drop_unseen_entities=spec.drop_unseen_entities,
-        keep_unseen_entities=spec.keep_unseen_entities,
-        node_types=spec.node_types,
-        synthetic=dict(spec.synthetic),
-        name=name,
-        origin=spec.origin,
+def spec_for(cfg: Config) -> BuildSpec:
+    """The build of ``cfg.data``: its ``data.*`` keys as one :class:`BuildSpec`."""
+    d = cfg.data
+    return BuildSpec.make(
+        d.source,
+        d.raw_path,
+        num_shards=d.num_shards,
+        drop_unseen_entities=d.drop_unseen_entities,
+        keep_unseen_entities=d.keep_unseen_entities,
+        node_types=d.node_types,
+        synthetic=dict(d.synthetic),
+        origin="config",
     )
 
 
-SOURCES = (
-    "tsv:transductive",
-    "tsv:inductive",
-    "ogb:biokg",
-    "hetionet",
-    "synthetic:rule_kg",
-    "synthetic:rule_kg_inductive",
-    "synthetic:trisqr",
-    "synthetic:biokg_scale",
-    "synthetic:biokg_rules",
-    "synthetic:hetionet_schema",
-)
+def build(spec: BuildSpec, out_dir: str | Path, name: str) -> Path:
+    """Convert ``spec`` into a dataset folder named ``name`` at ``out_dir`` (written into a
+    hidden sibling folder, then renamed over the old copy:
+    :func:`cmpnn_dist.storage.writer.write_dataset`) and return it.
 
-
-def convert_source(
-    source: str,
-    *,
-    raw_path: str | Path | None = None,
-    drop_unseen_entities: bool = False,
-    keep_unseen_entities: bool = False,
-    synthetic: dict | None = None,
-    node_types: str | Path | None = None,
-) -> dict[str, Any]:
-    """Read/generate ``source`` into ``write_dataset`` keyword arguments (no files written)."""
-    if source not in SOURCES:
-        raise StorageError(f"unknown source {source!r}; known: {', '.join(SOURCES)}")
-    unseen = {
-        "drop_unseen_entities": drop_unseen_entities,
-        "keep_unseen_entities": keep_unseen_entities,
-    }
-    if source.startswith("synthetic:"):
-        from cmpnn_dist.convert import synthetic as syn
-
-        kind = source.split(":", 1)[1]
-        if kind == "rule_kg":
-            return syn.build_rule_kg(synthetic, inductive=False)
-        if kind == "rule_kg_inductive":
-            return syn.build_rule_kg(synthetic, inductive=True)
-        if kind == "trisqr":
-            return syn.build_trisqr(synthetic)
-        if kind == "biokg_rules":
-            return syn.build_biokg_rules(synthetic)
-        if kind == "hetionet_schema":  # raw_path: optional folder of the real node table
-            return syn.build_hetionet_schema(synthetic, raw_path)
-        return syn.build_biokg_scale(synthetic)
-    if raw_path is None:
-        raise StorageError(f"source {source} needs raw_path (the folder holding its files)")
-    raw = Path(raw_path).expanduser()
-    if source == "ogb:biokg":
-        from cmpnn_dist.convert.ogb_biokg import convert_biokg
-
-        return convert_biokg(raw)
-    if not raw.is_dir():
-        raise StorageError("no such folder", raw)
-    if source == "hetionet":
-        from cmpnn_dist.convert.hetionet import convert_hetionet
-
-        return convert_hetionet(raw, **unseen)
-    from cmpnn_dist.convert.tsv import convert_inductive, convert_transductive
-
-    if source == "tsv:inductive":
-        return convert_inductive(raw, node_types=node_types, **unseen)
-    return convert_transductive(raw, node_types=node_types, **unseen)
+    The manifest's ``source.record`` holds what it was built from (raw files with size, mtime
+    and sha256, the spec's parameters, the converter version; :mod:`cmpnn_dist.convert.source`),
+    taken before the source reads its files, so an edit during the conversion shows next time.
+    """
+    if spec.num_shards < 1:
+        raise StorageError(f"num_shards must be >= 1, got {spec.num_shards}")
+    source = sources.get(spec.source)
+    if source.raw_path == "required" and spec.raw_path is None:
+        raise StorageError(f"source {spec.source} needs raw_path (the folder holding its files)")
+    t0 = time.perf_counter()
+    try:
+        record = source_record(spec)
+    except SourceMissing:
+        record = None  # the converter's own error names what is missing, and how to get it
+    kwargs = source.convert(spec)
+    meta = dict(kwargs.pop("meta", {}))
+    meta.update({"source": spec.source, "convert_seconds": round(time.perf_counter() - t0, 3)})
+    if record is None:  # the converter found its files after all: record them now
+        record = source_record(spec)
+    meta["record"] = record
+    return write_dataset(out_dir, name=name, num_shards=spec.num_shards, meta=meta, **kwargs)
 
 
 def build_dataset(
@@ -225,13 +164,11 @@ def build_dataset(
     node_types: str | Path | None = None,
     origin: str = "convert",
 ) -> Path:
-    """Convert ``source`` into a dataset folder at ``out_dir`` (atomically) and return it.
-
-    The manifest's ``source.record`` holds what it was built from (raw files with size, mtime
-    and sha256, the parameters below, the converter version; :mod:`cmpnn_dist.convert.source`).
+    """:func:`build` of the :class:`BuildSpec` these arguments make (the convert CLI's and
+    scripts' entry point); returns the dataset folder.
 
     Args:
-        source: one of :data:`SOURCES`.
+        source: a registered source (:func:`cmpnn_dist.convert.sources.names`).
         raw_path: TSV folder (``X_v1`` for the inductive layout), OGB root, Hetionet folder.
         num_shards: CSR shards per graph (balanced by edge count).
         drop_unseen_entities: transductive/inductive TSV: drop valid/test facts whose entity
@@ -239,7 +176,8 @@ def build_dataset(
             instead of raising.  keep_unseen_entities: add them as isolated nodes instead
             (the usual WN18RR / FB15k-237 protocol: 40,943 / 14,541 entities).
         synthetic: generator parameters (see each generator's DEFAULTS).
-        name: dataset name (default: the raw folder's name or the generator's name).
+        name: dataset name (default: the source's, else the raw folder's name or the
+            generator's name).
         node_types: TSV sources: ``"prefix"`` (``Kind::id`` names) or a TSV of
             ``entity<TAB>type``; None: untyped.
         origin: ``"convert"`` (the convert CLI: later opens check the dataset against this
@@ -247,7 +185,6 @@ def build_dataset(
     """
     if int(num_shards) < 1:
         raise StorageError(f"num_shards must be >= 1, got {num_shards}")
-    t0 = time.perf_counter()
     spec = BuildSpec.make(
         source,
         raw_path,
@@ -258,29 +195,4 @@ def build_dataset(
         synthetic=synthetic,
         origin=origin,
     )
-    try:  # taken before the converter reads the files: an edit during it shows up next time
-        record = source_record(spec) if source in SOURCES else None
-    except SourceMissing:
-        record = None  # the converter's own error names what is missing, and how to get it
-    kwargs = convert_source(
-        source,
-        raw_path=raw_path,
-        drop_unseen_entities=drop_unseen_entities,
-        keep_unseen_entities=keep_unseen_entities,
-        synthetic=synthetic,
-        node_types=node_types,
-    )
-    if name is None and source == "ogb:biokg":
-        name = "ogbl-biokg"
-    if name is None:
-        name = (
-            Path(raw_path).name
-            if raw_path is not None and not source.startswith("synthetic:")
-            else source.split(":")[-1]
-        )
-    meta = dict(kwargs.pop("meta", {}))
-    meta.update({"source": source, "convert_seconds": round(time.perf_counter() - t0, 3)})
-    if record is None:  # the converter found its files after all: record them now
-        record = source_record(spec)
-    meta["record"] = record
-    return write_dataset(out_dir, name=name, num_shards=int(num_shards), meta=meta, **kwargs)
+    return build(spec, out_dir, name or sources.get(source).dataset_name(raw_path))

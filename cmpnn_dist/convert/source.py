@@ -4,7 +4,7 @@ Every dataset built by :func:`cmpnn_dist.convert.build_dataset` records, in its 
 ``source.record``::
 
     {"converter_version": 2, "origin": "config" | "convert", "build_id": "<uuid4 hex>",
-     "source": "tsv:inductive", "raw_path": "/abs/path/fb237_v1",          # None: synthetic
+     "source": "tsv:inductive", "raw_path": "/abs/path/fb237_v1",      # None: no raw folder
      "params": {"source", "num_shards", "drop_unseen_entities", "keep_unseen_entities",
                 "node_types", "synthetic"},                # every input that changes the output
      "files": {"train.txt": {"size": 306475, "mtime_ns": ..., "sha256": "..."},
@@ -28,167 +28,38 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cmpnn_dist.convert import sources
+from cmpnn_dist.convert.sources.base import BuildSpec
+from cmpnn_dist.convert.sources.files import SourceMissing
 from cmpnn_dist.storage import format as fmt
-from cmpnn_dist.storage.errors import StorageError
 
 # Bump when any converter writes different output for the same input and parameters:
 # every cached dataset built by an older version is rebuilt on its next use.
 # 2: source records; TRI-SQR declares its counterpart negatives (labeled_negatives).
 CONVERTER_VERSION = 2
 
-FILE_SOURCES_SPLITS = ("train", "valid", "test")
-
-
-class SourceMissing(StorageError):
-    """The raw source of a dataset (a folder or one of its files) cannot be read."""
-
-    def __init__(self, path: Path, what: str = "does not exist") -> None:
-        super().__init__(f"{path} {what}")
-        self.path = Path(path)
-
-
-@dataclass(frozen=True)
-class BuildSpec:
-    """Every input of a conversion that changes its output.
-
-    Attributes:
-        source: one of :data:`cmpnn_dist.convert.SOURCES`.
-        raw_path: absolute raw folder (None for ``synthetic:*``).
-        num_shards, drop_unseen_entities, keep_unseen_entities, node_types, synthetic: as the
-            ``data.*`` keys of the same name; ``node_types`` a file is made absolute.
-        origin: ``"config"`` (built by train / evaluate) or ``"convert"`` (the convert CLI).
-    """
-
-    source: str
-    raw_path: str | None = None
-    num_shards: int = 4
-    drop_unseen_entities: bool = False
-    keep_unseen_entities: bool = False
-    node_types: str | None = None
-    synthetic: dict[str, Any] = field(default_factory=dict)
-    origin: str = "config"
-
-    @classmethod
-    def make(
-        cls,
-        source: str,
-        raw_path: str | Path | None = None,
-        *,
-        num_shards: int = 4,
-        drop_unseen_entities: bool = False,
-        keep_unseen_entities: bool = False,
-        node_types: str | Path | None = None,
-        synthetic: dict[str, Any] | None = None,
-        origin: str = "config",
-    ) -> BuildSpec:
-        """Normalise paths (absolute) and parameters (plain JSON) of one conversion."""
-        synthetic_src = source.startswith("synthetic:")
-        raw = None if raw_path is None or synthetic_src else _abs(raw_path)
-        nt = node_types if node_types is None or str(node_types) == "prefix" else _abs(node_types)
-        return cls(
-            source=source,
-            raw_path=raw,
-            num_shards=int(num_shards),
-            drop_unseen_entities=bool(drop_unseen_entities),
-            keep_unseen_entities=bool(keep_unseen_entities),
-            node_types=None if synthetic_src or nt is None else str(nt),
-            synthetic=_plain(dict(synthetic or {})) if synthetic_src else {},
-            origin=origin,
-        )
-
-    @classmethod
-    def from_record(cls, record: dict[str, Any]) -> BuildSpec:
-        p = record["params"]
-        return cls.make(
-            p["source"],
-            record.get("raw_path"),
-            num_shards=p["num_shards"],
-            drop_unseen_entities=p["drop_unseen_entities"],
-            keep_unseen_entities=p["keep_unseen_entities"],
-            node_types=p["node_types"],
-            synthetic=p["synthetic"],
-            origin=record.get("origin", "convert"),
-        )
-
-    def params(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "num_shards": self.num_shards,
-            "drop_unseen_entities": self.drop_unseen_entities,
-            "keep_unseen_entities": self.keep_unseen_entities,
-            "node_types": self.node_types,
-            "synthetic": self.synthetic,
-        }
-
-
-def _abs(path: str | Path) -> str:
-    return str(Path(path).expanduser().resolve())
-
-
-def _plain(obj: Any) -> Any:
-    return json.loads(json.dumps(obj, sort_keys=True, default=str))
+__all__ = ["BuildSpec", "Plan", "SourceMissing", "plan", "source_files", "source_record"]
 
 
 # ---------------------------------------------------------------------------- raw files
 def source_files(spec: BuildSpec) -> dict[str, Path]:
-    """The raw files ``spec`` reads: key (path relative to ``raw_path``, or absolute for a
-    node-type file) -> path.  Raises :class:`SourceMissing` naming the first missing one."""
+    """The raw files ``spec`` reads (its source's ``files``): key (path relative to
+    ``raw_path``, or absolute for a node-type file) -> path.  Raises :class:`SourceMissing`
+    naming the first missing one."""
     if spec.raw_path is None:
         return {}
     base = Path(spec.raw_path)
-    files: list[Path] = []
-    if spec.source in ("tsv:transductive", "tsv:inductive"):
-        folders = [base]
-        if spec.source == "tsv:inductive":
-            folders.append(base.parent / f"{base.name}_ind")
-        for folder in folders:
-            _need_dir(folder)
-            for split in FILE_SOURCES_SPLITS:
-                files.append(_split_file(folder, split))
-    elif spec.source == "ogb:biokg":
-        root = base / "ogbl_biokg"
-        _need_dir(root)
-        # processed/ is OGB's own cache of raw/ (written during conversion): not a source
-        skip = ("processed",) if (root / "raw").is_dir() else ()
-        files.extend(_walk(root, skip))
-    else:  # hetionet and any other folder source: every visible file under the folder
-        _need_dir(base)
-        files.extend(_walk(base, ()))
+    files = sources.get(spec.source).raw_files(base)
     out = {os.path.relpath(p, base): p for p in files}
     if spec.node_types is not None and spec.node_types != "prefix":
         nt = Path(spec.node_types)
         if not nt.is_file():
             raise SourceMissing(nt)
         out[str(nt)] = nt
-    return out
-
-
-def _need_dir(folder: Path) -> None:
-    if not folder.is_dir():
-        raise SourceMissing(folder, "is not a folder" if folder.exists() else "does not exist")
-
-
-def _split_file(folder: Path, split: str) -> Path:
-    for name in (f"{split}.txt", f"{split}.tsv"):
-        if (folder / name).is_file():
-            return folder / name
-    raise SourceMissing(folder / f"{split}.txt", f"does not exist (nor {split}.tsv)")
-
-
-def _walk(root: Path, skip_top: tuple[str, ...]) -> list[Path]:
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        rel = Path(dirpath).relative_to(root)
-        dirnames[:] = sorted(
-            d
-            for d in dirnames
-            if not d.startswith(".") and not (rel == Path(".") and d in skip_top)
-        )
-        out.extend(Path(dirpath) / f for f in sorted(filenames) if not f.startswith("."))
     return out
 
 

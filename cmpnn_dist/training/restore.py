@@ -81,6 +81,7 @@ def config_from_checkpoint(saved: dict[str, Any], overrides: list[str]) -> Confi
     except Exception as exc:
         raise UsageError(f"config error: {' '.join(str(exc).split())}") from exc
     assert isinstance(cfg, Config)
+    import cmpnn_dist.convert.sources  # noqa: F401  (registers the dataset sources)
     import cmpnn_dist.model.messages  # noqa: F401  (registers the message functions' checks)
 
     validate(cfg)
