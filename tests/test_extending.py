@@ -1,15 +1,19 @@
-"""docs/extending.md's three worked examples, each copied into a temporary file and imported as
+"""docs/extending.md's four worked examples, each copied into a temporary file and imported as
 a new module (adding one is one file): the schema accepts the new name, and the new message /
-aggregation / protocol computes what a reference computes.
+aggregation / protocol / dataset source computes what a reference computes.
 
 * message ``sub`` (h - W_r z_q) equals ``transe`` (h + W_r z_q) with W_r negated;
 * aggregation ``min`` equals a loop over each node's incoming messages (0 when it has none);
-* protocol ``raw`` equals a loop over every candidate, known facts included.
+* protocol ``raw`` equals a loop over every candidate, known facts included;
+* source ``csv:facts``, built by ``ensure_dataset`` and by the convert CLI, holds the CSV file's
+  entities, relations and facts (split by row number), read back from the written dataset.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
@@ -20,6 +24,11 @@ import torch
 
 from cmpnn_dist import config as config_module
 from cmpnn_dist.config import Config, ConfigError, ModelConfig, OpsConfig, validate
+from cmpnn_dist.convert import sources
+from cmpnn_dist.convert.__main__ import main as convert_main
+from cmpnn_dist.convert.prepare import ensure_dataset
+from cmpnn_dist.convert.sources import base as source_base
+from cmpnn_dist.errors import UsageError
 from cmpnn_dist.evaluation import protocols, rank_split
 from cmpnn_dist.evaluation.protocols import base as protocol_base
 from cmpnn_dist.graph import graph_from_triples
@@ -28,6 +37,7 @@ from cmpnn_dist.model.aggregations import base as aggregation_base
 from cmpnn_dist.model.messages import base as message_base
 from cmpnn_dist.ops import messages as ops_messages
 from cmpnn_dist.ops import propagate
+from cmpnn_dist.storage import open_dataset
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
 
@@ -44,7 +54,7 @@ def example(heading: str) -> tuple[str, str]:
 @pytest.fixture
 def isolated(monkeypatch):
     """Registries and the schema's registered choices as they were before the test."""
-    for module in (message_base, aggregation_base, protocol_base, ops_messages):
+    for module in (message_base, aggregation_base, protocol_base, ops_messages, source_base):
         monkeypatch.setattr(module, "_REGISTRY", dict(module._REGISTRY))
     monkeypatch.setattr(message_base, "_NUMBERS", dict(message_base._NUMBERS))
     choices = {k: list(v) for k, v in config_module._REGISTERED_CHOICES.items()}
@@ -159,3 +169,75 @@ def test_an_evaluation_protocol_from_one_file(isolated, tmp_path):
     assert got.rank.tolist() == want
     assert got.candidates.tolist() == [num_nodes - 1] * len(want)
     assert got.protocol == "raw"
+
+
+def _csv_rows(path: Path) -> list[tuple[str, str, str]]:
+    """The reference reading of a CSV file without quoting: non-empty lines split at commas."""
+    return [tuple(line.split(",")) for line in path.read_text().splitlines() if line]
+
+
+def _dataset_facts(path: Path) -> dict[str, set[tuple[str, str, str]]]:
+    ds = open_dataset(path, verify=True)
+    g = ds.graph_data("train")
+    names, rels = g.entity_names, ds.relation_names
+    return {
+        s: {(names[h], rels[r], names[t]) for h, r, t in g.facts(s).tolist()}
+        for s in ("train", "valid", "test")
+    }
+
+
+def test_a_dataset_source_from_one_file(isolated, tmp_path, capsys):
+    assert not accepts("data.source", "csv:facts")
+    load("A dataset source", tmp_path)
+    assert "csv:facts" in sources.names() and accepts("data.source", "csv:facts")
+    raw = tmp_path / "my_csv"
+    raw.mkdir()
+    rows = [(f"e{i % 7}", f"r{i % 3}", f"e{(3 * i + 1) % 11}") for i in range(40)]
+    (raw / "facts.csv").write_text("".join(f"{h},{r},{t}\n" for h, r, t in rows) + "\n")
+    want = _csv_rows(raw / "facts.csv")
+    assert len(want) == 40 and len(set(want)) == 40  # distinct facts: each kept once
+    splits = {
+        "train": {f for i, f in enumerate(want) if i % 10 < 8},
+        "valid": {f for i, f in enumerate(want) if i % 10 == 8},
+        "test": {f for i, f in enumerate(want) if i % 10 == 9},
+    }
+
+    cfg = Config(storage_root=str(tmp_path / "storage"))
+    cfg.data.name, cfg.data.source, cfg.data.raw_path = "my_csv", "csv:facts", str(raw)
+    cfg.data.num_shards = 2
+    validate(cfg)
+    path = ensure_dataset(cfg, progress=False)
+    ds = open_dataset(path)
+    assert ds.graph_data("train").entity_names == sorted({x for h, _, t in want for x in (h, t)})
+    assert ds.relation_names == ["r0", "r1", "r2"] and not ds.inductive
+    assert _dataset_facts(path) == splits
+    record = ds.source["record"]
+    assert record["source"] == "csv:facts" and record["raw_path"] == str(raw.resolve())
+    digest = hashlib.sha256((raw / "facts.csv").read_bytes()).hexdigest()
+    assert list(record["files"]) == ["facts.csv"]
+    assert record["files"]["facts.csv"]["sha256"] == digest
+
+    # the file is the source: a new row rebuilds the dataset on its next use
+    with open(raw / "facts.csv", "a") as f:
+        f.write("e0,r9,e5\n")
+    capsys.readouterr()
+    ensure_dataset(cfg, progress=False)
+    assert "rebuilding dataset my_csv: " in capsys.readouterr().err
+    assert _dataset_facts(path)["train"] == splits["train"] | {("e0", "r9", "e5")}
+
+    # a bad row is one error naming the file and its line, nothing written
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "facts.csv").write_text("a,r,b\na,r\n")
+    cfg.data.name, cfg.data.raw_path = "bad", str(bad)
+    with pytest.raises(UsageError, match=r"bad/facts\.csv.*line 2: expected head,relation,tail"):
+        ensure_dataset(cfg, progress=False)
+    assert not (tmp_path / "storage" / "datasets" / "bad").exists()
+
+    # the convert CLI lists and builds it too
+    assert convert_main(["csv:facts", str(tmp_path / "cli"), "--raw", str(raw)]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["name"] == "my_csv"  # the raw folder's name
+    counts = {s: len(f) for s, f in splits.items()}
+    assert summary["graphs"]["train"]["facts"] == {**counts, "train": counts["train"] + 1}
+    assert _dataset_facts(tmp_path / "cli") == _dataset_facts(path)
