@@ -30,6 +30,7 @@ BUILT_IN = {
     "synthetic:rule_kg_inductive": "rule_kg_inductive",
     "synthetic:trisqr": "trisqr",
     "synthetic:biokg_scale": "biokg_scale",
+    "synthetic:biokg_rules": "biokg_rules",
     "synthetic:hetionet_schema": "hetionet_schema",
 }
 

@@ -1,5 +1,5 @@
-"""Synthetic generators: rule-planted KG (default dataset), TRI-SQR, biokg-scale graph, rule-planted graph in biokg's shape,
-Hetionet-schema graph."""
+"""Synthetic generators: rule-planted KG (default dataset), TRI-SQR, biokg-scale graph,
+rule-planted graph in biokg's shape, Hetionet-schema graph."""
 
 from cmpnn_dist.convert.synthetic.biokg_rules import build_biokg_rules
 from cmpnn_dist.convert.synthetic.biokg_scale import build_biokg_scale
