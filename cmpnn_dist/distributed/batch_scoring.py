@@ -6,7 +6,8 @@ match, or ``gpus_per_worker`` GPUs with ``use_gpu``) each build their scorer onc
 ``make_scorer(setup, device)`` -- a module-level function of the caller, importable by name
 in a Ray worker (this module never imports the layers above it) -- and then answer
 ``scorer(payload)`` for the tasks sent to them.  Every actor holds up to ``inflight`` tasks
-(the next one waits in its queue while it scores the current one), and each finished result
+(default 1: a task goes to the first actor that is free, so the last parts do not queue
+behind a busy one while another idles), and each finished result
 goes to ``on_result(key, result)`` in the driver as soon as it arrives, in completion order:
 the driver writes it (the single writer of the output), so a task is written at most once.
 
@@ -48,7 +49,7 @@ def run_scoring_pool(
     setup: Any,
     tasks: Iterable[tuple[Any, Any]],
     on_result: Callable[[Any, Any], None],
-    inflight: int = 2,
+    inflight: int = 1,
     on_ready: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Score ``tasks`` (``(key, payload)`` pairs) on ``max(1, cfg.cluster.num_workers)``
@@ -95,8 +96,8 @@ def run_scoring_pool(
                 running[actor.score.remote(*task)] = actor
                 return True
 
-            for actor in actors:
-                for _ in range(max(1, inflight)):
+            for _ in range(max(1, inflight)):  # round-robin: every actor busy first
+                for actor in actors:
                     submit(actor)
             while running:
                 done, _ = ray.wait(list(running), num_returns=1)
