@@ -65,6 +65,8 @@ GRAPHS = {
 
 
 def train(graph: str, root: Path, scale: float) -> Path:
+    if (root / "runs" / graph / "checkpoints").is_dir():  # --storage of an earlier call
+        return root / "runs" / graph
     extra = list(GRAPHS[graph]["train"])
     if graph == "hetionet":
         extra += [f"data.name=hetionet_schema_{scale:g}", f"+data.synthetic.scale={scale}"]
@@ -205,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="batch_scoring_out_"))
     load_before = os.getloadavg()[0]
     runs = {g: train(g, storage, args.scale) for g in args.graphs}
+    os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "120")  # a loaded machine
     ray.init(address="local", num_cpus=2 * args.threads, include_dashboard=False,
              log_to_driver=False)  # fmt: skip
     try:
