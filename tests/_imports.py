@@ -38,7 +38,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("distributed", ("cmpnn_dist.distributed",)),
     ("applications", ("cmpnn_dist.predict", "cmpnn_dist.wl")),
 ]  # fmt: skip
-ENTRY_POINTS = ("cmpnn_dist.cli", "cmpnn_dist.train", "cmpnn_dist.evaluate", "cmpnn_dist.report")
+ENTRY_POINTS = (
+    "cmpnn_dist.cli", "cmpnn_dist.train", "cmpnn_dist.evaluate", "cmpnn_dist.report",
+    "cmpnn_dist.predict.batch",
+)  # fmt: skip
 
 
 @cache
