@@ -102,9 +102,8 @@ def to_markdown(entries: list[dict], args: argparse.Namespace) -> str:
     lines = [
         "# Pruned propagation on a rule-planted graph in ogbl-biokg's shape",
         "",
-        f"- command: `python benchmarks/pruned_biokg_rules.py --scale {args.scale} --steps "
-        f"{args.steps} --lr {args.lr} --seed {args.seed} --ratios {' '.join(args.ratios)} --priors "
-        f"{' '.join(args.priors)}`",
+        f"- command: `python benchmarks/pruned_biokg_rules.py --scale {args.scale} --lr {args.lr} "
+        f"--seed {args.seed} --steps S --ratios R --priors P` (each cell's below)",
         "- machine: 2-core VM, no GPU, one torch thread per run, runs one after the other; "
         f"load: {args.load}",
         f"- commit: {git_commit('--short=12', mark_dirty=True)}; date: "
@@ -115,25 +114,28 @@ def to_markdown(entries: list[dict], args: argparse.Namespace) -> str:
         "`cmpnn_dist/convert/synthetic/biokg_rules.py`)",
         "- model and training: `conf=biokg` (basic C-MPNN 6 x 32, batch 8, 32 typed negatives, "
         f"one-hop edge removal) with `train.lr={args.lr}` (the preset's 2e-4 is for its 595 K-step "
-        f"epoch) and `train.max_steps={args.steps}` in every cell (a reduced budget: "
-        f"{args.steps * 8:,} training queries), best = last (one validation at the end)",
+        "epoch) and `train.max_steps` of the `steps` column (a reduced budget: 8 training "
+        "queries a step), best = last (one validation at the end)",
         "- metrics: test MRR and Hits@10 of the typed protocol (every entity of the answer's "
         "type ranked, filtered, both directions, average ties); `beyond 6 hops`: test "
         "answers farther than the 6 layers from the query's source in the training graph; "
         "`unvisited`: answers the pruned model did not reach (scored by the constant "
         "`decoder(0, z_q)` or the prior alone); `hits@10 visited`: Hits@10 of the visited ones",
         "",
-        "| propagation | prior | test MRR | test Hits@10 | rankings | beyond 6 hops "
+        "| propagation | prior | steps | test MRR | test Hits@10 | rankings | beyond 6 hops "
         "| unvisited | hits@10 visited | train+eval CPU s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     order = {r: i for i, r in enumerate(["dense", "0.05", "0.01", "0.005"])}
-    for e in sorted(entries, key=lambda e: (e["prior"], order.get(e["ratio"], 9), e["ratio"])):
+    for e in sorted(
+        entries, key=lambda e: (e["prior"], e["key"][1], order.get(e["ratio"], 9), e["ratio"])
+    ):
         a = e["answers"]
         hv = a.get("hits@10_visited")
         lines.append(
             f"| {'dense' if e['ratio'] == 'dense' else 'pruned ' + e['ratio']} | {e['prior']} "
-            f"| {e['test']['mrr']:.3f} | {e['test']['hits@10']:.3f} | {a['rankings']} "
+            f"| {e['key'][1]} | {e['test']['mrr']:.3f} | {e['test']['hits@10']:.3f} "
+            f"| {a['rankings']} "
             f"| {a['beyond_layers']} | {a.get('unvisited', 0)} "
             f"| {'' if hv is None else f'{hv:.3f}'} | {e['cpu_s']:.0f} |"
         )
