@@ -146,6 +146,8 @@ def candidates(driver: int) -> dict[str, list[tuple[int, str, str]]]:
             continue
         for kind, pattern in SYSTEM:
             if re.search(pattern, cmd):
+                if kind == "ray_actor":  # ray::Outcome, ray::IDLE...: named by its actor
+                    kind = "actor " + cmd.split()[0][5:].split(".")[0]
                 out.setdefault("ray_system", []).append((pid, kind, cmd))
                 break
     return out
@@ -201,9 +203,12 @@ class Chaos:
                 with self.lock:
                     self.driver = None
             text = log.read_text(errors="replace")
-            resumed = re.findall(r"\(RayTrainWorker pid=\d+\)\S* resuming from step (\d+)", text)
+            rank0 = r"\(RayTrainWorker pid=\d+\)\S* "  # a line of rank 0, forwarded by Ray
+            resumed = re.findall(rank0 + r"resuming from step (\d+)", text)
+            groups = len(re.findall(rank0 + r"data: ", text))  # one per worker group started
             attempt = {"attempt": n, "start_s": start, "end_s": self.now(), "exit": rc,
-                       "resumes_from": [int(s) for s in resumed], "log": log.name,
+                       "resumes_from": [int(s) for s in resumed], "worker_groups": groups,
+                       "log": log.name,
                        "hung": rc == "hung", "last_line": _last_line(text)}  # fmt: skip
             self.attempts.append(attempt)
             self.say(f"attempt {n}: exit {rc}, worker resumes from steps {attempt['resumes_from']}")
@@ -278,6 +283,7 @@ class Chaos:
                     f"ckpt={self.run}",
                     f"eval.max_queries={self.args.eval_queries}",
                     "train.device=cpu",
+                    "cluster.num_workers=0",  # in this process: no second Ray cluster here
                 ]
             turn += 1
             start = time.monotonic()
@@ -426,7 +432,7 @@ def summarize(args: argparse.Namespace, chaos: Chaos, wall: float, straight: dic
         "fault_log": chaos.faults,
         "attempts": chaos.attempts,
         "restarts": max(0, len(chaos.attempts) - 1),
-        "in_job_resumes": sum(len(a["resumes_from"]) for a in chaos.attempts) // 2,
+        "in_job_retries": sum(max(0, a["worker_groups"] - 1) for a in chaos.attempts),
         "hung_attempts": sum(a["hung"] for a in chaos.attempts),
         "reads": {"total": len(chaos.reads), **reads, "by_tool": dict(tools)},
         "reader_failures": [r for r in chaos.reads if r["outcome"] == "failed"],
@@ -453,7 +459,7 @@ def markdown(s: dict) -> str:
         "",
         f"**Result: {'finished, identical to the straight run' if s['ok'] else 'NOT OK'}.** "
         f"{s['faults']} faults survived ({s['restarts']} restarts of the command by the "
-        f"supervisor, {s['in_job_resumes']} resumes inside a job by Ray Train's retry), "
+        f"supervisor, {s['in_job_retries']} worker groups restarted inside a job by Ray Train), "
         f"{s['reads']['total']} reads beside it, {len(s['reader_failures'])} reader failures.",
         "",
         f"Straight run: exit {s['straight']['exit']}, {s['straight']['wall_s']} s wall. "
@@ -475,12 +481,12 @@ def markdown(s: dict) -> str:
     ]
     lines += ["", f"Faults deferred until a new checkpoint: {s['faults_deferred_for_progress']}.",
               "", "## Attempts (the supervisor)", "",
-              "| attempt | start (s) | end (s) | exit | worker resumes from step | last line |",
-              "|---|---|---|---|---|---|"]  # fmt: skip
+              "| attempt | start (s) | end (s) | exit | worker groups | resumed from | last line |",
+              "|---|---|---|---|---|---|---|"]  # fmt: skip
     for a in s["attempts"]:
         last = a["last_line"].replace("|", "\\|")[:160]
         lines.append(f"| {a['attempt']} | {a['start_s']} | {a['end_s']} | {a['exit']} | "
-                     f"{a['resumes_from']} | `{last}` |")  # fmt: skip
+                     f"{a['worker_groups']} | {a['resumes_from']} | `{last}` |")  # fmt: skip
     r = s["reads"]
     lines += ["", "## Readers", "",
               f"{r['total']} reads: {r.get('ok', 0)} ok, {r.get('not_yet', 0)} before the first "
