@@ -492,7 +492,9 @@ def markdown(s: dict) -> str:
               f"{r['total']} reads: {r.get('ok', 0)} ok, {r.get('not_yet', 0)} before the first "
               f"checkpoint (the documented one line), {r.get('failed', 0)} failed; "
               f"{s['reader_fallback_lines']} fallback lines. By tool: {r['by_tool']}."]  # fmt: skip
-    for f in s["reader_failures"]:
+    if len(s["reader_failures"]) > 5:
+        lines += ["", "The first 5 failures (every one is in the JSON file):"]
+    for f in s["reader_failures"][:5]:
         lines += ["", f"- {f['tool']} exit {f['exit']}:", "", "```", f["stderr_tail"], "```"]
     lines += ["", "## Comparison with the straight run", ""]
     if c:
@@ -544,6 +546,9 @@ def main() -> int:
     print(f"work folder: {work}; chaos RNG seed {args.seed}", flush=True)
     straight = straight_run(args, work / "straight", logs)
     print(f"straight run: {straight}", flush=True)
+    if straight["exit"] != 0:
+        print(f"error: the straight run failed (exit {straight['exit']}): see {logs}/straight.log")
+        return 1
     chaos, wall = chaos_run(args, work / "chaos", logs)
     ref, run = work / "straight" / "runs" / RUN, work / "chaos" / "runs" / RUN
     done = straight["exit"] == 0 and chaos.attempts and chaos.attempts[-1]["exit"] == 0
