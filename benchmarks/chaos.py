@@ -385,12 +385,24 @@ def straight_run(args: argparse.Namespace, root: Path, logs: Path) -> dict:
     if (root / "runs" / RUN / "results.json").exists() and log.exists():
         if log.read_text().splitlines()[0] == cmd:
             return {"exit": 0, "wall_s": None, "reused": str(root)}
-    start = time.monotonic()
+    start, failed_starts = time.monotonic(), []
     with open(log, "w") as f:
         f.write(cmd + "\n")
         f.flush()
-        rc = _start(train_cmd(args, root), stdout=f, stderr=subprocess.STDOUT).wait()
-    return {"exit": rc, "wall_s": round(time.monotonic() - start, 1)}
+        for _ in range(3):
+            rc = _start(train_cmd(args, root), stdout=f, stderr=subprocess.STDOUT).wait()
+            if rc == 0 or newest_step(root / "runs" / RUN) >= 0:
+                break
+            # failed before its first checkpoint (e.g. Ray's 30 s raylet registration timeout
+            # on a loaded machine): nothing trained, the run folder removed; start it again
+            f.flush()
+            failed_starts.append(_last_line(log.read_text(errors="replace")))
+            print(f"straight run: start failed, again: {failed_starts[-1]}", flush=True)
+    return {
+        "exit": rc,
+        "wall_s": round(time.monotonic() - start, 1),
+        "failed_starts": failed_starts,
+    }
 
 
 def chaos_run(args: argparse.Namespace, root: Path, logs: Path) -> tuple[Chaos, float]:
@@ -410,17 +422,19 @@ def chaos_run(args: argparse.Namespace, root: Path, logs: Path) -> tuple[Chaos, 
 
 
 def summarize(args: argparse.Namespace, chaos: Chaos, wall: float, straight: dict,
-              comparison: dict | None, load: dict, started: str) -> dict:  # fmt: skip
+              comparison: dict | None, load: dict, started: str, commit: str) -> dict:  # fmt: skip
     reads = Counter(r["outcome"] for r in chaos.reads)
     tools = Counter(f"{r['tool']}:{r['outcome']}" for r in chaos.reads)
     finished = bool(chaos.attempts) and chaos.attempts[-1]["exit"] == 0
     identical = bool(comparison and comparison["identical"])
     return {
         "command": "python benchmarks/chaos.py " + " ".join(sys.argv[1:]),
-        "train_command": " ".join(train_cmd(args, Path("<root>"))),
+        "train_command": " ".join(train_cmd(args, Path("<root>"))).replace(
+            sys.executable, "python"
+        ),
         "machine": machine(),
         "load": load,
-        "commit": git_commit("--short", mark_dirty=True),
+        "commit": commit,
         "date": started,
         "settings": {k: v for k, v in vars(args).items() if k not in ("out", "work")},
         "straight": straight,
@@ -539,6 +553,7 @@ def main() -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _stop_children)
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    commit = git_commit("--short", mark_dirty=True)  # of the code that runs
     load_start = os.getloadavg()[0]
     work = args.work or Path(tempfile.mkdtemp(prefix="cmpnn-chaos-"))
     logs = work / "logs"
@@ -554,7 +569,7 @@ def main() -> int:
     done = straight["exit"] == 0 and chaos.attempts and chaos.attempts[-1]["exit"] == 0
     comparison = compare(ref, run) if done else None
     load = {"start": load_start, "end": os.getloadavg()[0], "note": args.load_note}
-    s = summarize(args, chaos, wall, straight, comparison, load, started)
+    s = summarize(args, chaos, wall, straight, comparison, load, started, commit)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(args.out.with_suffix(".json"), json.dumps(s, indent=1) + "\n")
     write_atomic(args.out.with_suffix(".md"), markdown(s))
