@@ -24,7 +24,7 @@
    test rows), the checkpoint names and the weights of ``best`` and of the last checkpoint
    (``torch.equal``) of the chaos run against the straight run.
 
-    python benchmarks/chaos.py --steps 300 --every-steps 5 --interval 40 --seed 0
+    python benchmarks/chaos.py --steps 150 --every-steps 5 --interval 45 --faults 6 --seed 0
 
 Results: ``benchmarks/results/chaos_cpu.md`` / ``.json`` (``--out``): the header (command,
 machine, load, commit, date), the faults by kind, the attempts and their exit statuses, the

@@ -72,7 +72,8 @@ def test_victims_are_the_driver_and_its_descendants_only(tmp_path):
 def test_chaos_run_finishes_identical_to_a_straight_run(tmp_path):
     work, out = tmp_path / "work", tmp_path / "chaos_tiny"
     argv = ["--steps", "30", "--every-steps", "3", "--faults", "2", "--interval", "15",
-            "--seed", "1", "--readers", "1", "--work", str(work), "--out", str(out)]  # fmt: skip
+            "--seed", "1", "--readers", "1", "--nice", "0",  # the training at pytest's nice
+            "--work", str(work), "--out", str(out)]  # fmt: skip
     proc = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "chaos.py"), *argv],
         cwd=REPO, capture_output=True, text=True, timeout=3500,
