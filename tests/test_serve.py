@@ -158,7 +158,9 @@ def _check_answers(got, frame):
     assert [a["tail"] for a in got["answers"]] == frame["tail"].tolist()
     assert [a["rank"] for a in got["answers"]] == frame["rank"].tolist()
     assert [a["known"] or "" for a in got["answers"]] == frame["known"].tolist()
-    np.testing.assert_allclose([a["score"] for a in got["answers"]], frame["score"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        [a["score"] for a in got["answers"]], frame["score"], rtol=1e-5, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize(
@@ -196,9 +198,13 @@ def test_explain_matches_the_explain_api(server, predictor):
     np.testing.assert_allclose([p["importance"] for p in got["paths"]], [i for i, _ in ref.paths])
     names = ref.entity_names
     for p, (_, edges) in zip(got["paths"], ref.paths, strict=True):
-        assert [(e["from"], e["to"]) for e in p["edges"]] == [(names[s], names[d]) for s, _, d in edges]
+        assert [(e["from"], e["to"]) for e in p["edges"]] == [
+            (names[s], names[d]) for s, _, d in edges
+        ]
         # a path's importance is the mean of its edges' weights (explain.py)
-        assert np.mean([e["weight"] for e in p["edges"]]) == pytest.approx(p["importance"], rel=1e-5)
+        assert np.mean([e["weight"] for e in p["edges"]]) == pytest.approx(
+            p["importance"], rel=1e-5
+        )
         assert p["edges"][0]["from"] == "A::203" and p["edges"][-1]["to"] == tail
 
 
@@ -233,7 +239,9 @@ def test_unknown_names_are_one_line_with_the_closest(server, predictor):
             getattr(predictor, "entities" if kind == "entity" else "relations").id(name)
         assert got["error"] == str(ref.value)
         assert "\n" not in got["error"] and "closest: " in got["error"]
-    status, got = server.request("POST", "/explain", {"head": "A::1", "relation": "t0", "tail": "Q"})
+    status, got = server.request(
+        "POST", "/explain", {"head": "A::1", "relation": "t0", "tail": "Q"}
+    )
     assert status == 422 and got["error"].startswith("unknown entity 'Q'")
 
 
@@ -319,7 +327,7 @@ def _browser():
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,900"):
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,1000"):
         opts.add_argument(arg)
     opts.add_argument("--disable-dev-shm-usage")
     return webdriver.Chrome(service=Service(driver_path), options=opts)
@@ -381,7 +389,7 @@ def test_the_page_in_a_headless_browser(server, predictor, tmp_path):
         rows[0].click()
         wait.until(lambda d: SCRIPT_NAME in d.find_element(By.ID, "why-caption").text)
         wait.until(ec.visibility_of_element_located((By.ID, "paths-svg")))
-        titles = driver.find_elements(By.CSS_SELECTOR, "#paths-svg text.node title")
+        titles = driver.find_elements(By.CSS_SELECTOR, "#paths-svg g.entity > title")
         assert SCRIPT_NAME in [t.get_attribute("textContent") for t in titles]
         assert driver.execute_script("return typeof window.pwned") == "undefined"
         assert driver.find_elements(By.CSS_SELECTOR, "img") == []

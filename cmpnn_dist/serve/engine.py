@@ -121,14 +121,16 @@ class Engine:
         """Relation names, with the tail types of each, and the node types."""
         names = self.predictor.relations.names
         return {
-            "relations": [{"name": n, "tail_types": self.tail_types(i)} for i, n in enumerate(names)],
+            "relations": [
+                {"name": n, "tail_types": self.tail_types(i)} for i, n in enumerate(names)
+            ],
             "node_types": self.type_names,
             "num_entities": len(self.sorted_names),
         }
 
     # ------------------------------------------------------------------ predict
     def parse_predict(self, body: Any) -> TailQuery:
-        """A ``/predict`` body ``{"head", "relation", "k"?, "tail_type"?}`` -> :class:`TailQuery`."""
+        """A ``/predict`` body ``{"head", "relation", "k"?, "tail_type"?}`` -> a query."""
         f = _fields(body, {"head": str, "relation": str}, {"k": int, "tail_type": str})
         k = f.get("k", 10)
         if not 1 <= k <= self.max_k:

@@ -37,7 +37,9 @@ def check_address(host: str, port: int) -> None:
             sock.bind(addr)
         except OSError as exc:
             what = "is in use" if exc.errno == errno.EADDRINUSE else f"fails: {exc.strerror}"
-            raise UsageError(f"serve.host={host} serve.port={port}: listening there {what}") from None
+            raise UsageError(
+                f"serve.host={host} serve.port={port}: listening there {what}"
+            ) from None
 
 
 def start(settings: ServeSettings, attempts: int = 3) -> str:
@@ -112,4 +114,3 @@ def stop() -> None:
         serve.shutdown()
     finally:
         ray.shutdown()
-

@@ -71,7 +71,8 @@ def _parse(name: str, text: str, kind: type) -> Any:
     try:
         value = kind(text)
     except ValueError:
-        raise UsageError(f"{key}={text!r}: expected {'an integer' if kind is int else 'a number'}")
+        what = "an integer" if kind is int else "a number"
+        raise UsageError(f"{key}={text!r}: expected {what}") from None
     if value < LOW[name]:
         raise UsageError(f"{key}={value}: must be >= {LOW[name]}")
     if name == "port" and value > 65535:
