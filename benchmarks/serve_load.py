@@ -82,8 +82,11 @@ def wait_ready(proc: subprocess.Popen, port: int, log: Path, timeout_s: float = 
     sys.exit(f"error: a server did not answer /health in {timeout_s} s ({log})")
 
 
-def run_cell(port: int, clients: int, seconds: float, heads: list[str]) -> dict:
-    """``clients`` closed-loop clients for ``seconds`` s -> requests/s, p50 / p99 (ms)."""
+def run_cell(
+    port: int, clients: int, seconds: float, heads: list[str], health: bool = False
+) -> dict:
+    """``clients`` closed-loop clients for ``seconds`` s -> requests/s, p50 / p99 (ms).
+    ``health``: ``GET /health`` instead (no model work: the HTTP path's own ceiling)."""
     latencies: list[list[float]] = [[] for _ in range(clients)]
     errors = [0] * clients
     start_at = time.perf_counter() + 0.2
@@ -99,7 +102,10 @@ def run_cell(port: int, clients: int, seconds: float, heads: list[str]) -> dict:
             t0 = time.perf_counter()
             if t0 >= stop_at:
                 break
-            conn.request("POST", "/predict", body, {"Content-Type": "application/json"})
+            if health:
+                conn.request("GET", "/health")
+            else:
+                conn.request("POST", "/predict", body, {"Content-Type": "application/json"})
             r = conn.getresponse()
             r.read()
             if r.status != 200:
@@ -158,13 +164,19 @@ def main() -> None:
                 run_cell(port, 4, 2.0, names)
             cells: dict[str, list[dict]] = {}
             for rnd in range(args.rounds):
+                top = max(args.clients)  # the HTTP path alone: GET /health, no model work
+                r = run_cell(servers[False][1], top, args.seconds, names, health=True)
+                cells.setdefault(f"health_{top}", []).append(r)
+                rate, p50, p99 = r["requests_per_s"], r["p50_ms"], r["p99_ms"]
+                print(f"round {rnd + 1} health_{top}: {rate:.1f} req/s, p50 {p50:.1f} ms, "
+                      f"p99 {p99:.1f} ms", flush=True)  # fmt: skip
                 for clients in args.clients:
                     order = (True, False) if rnd % 2 == 0 else (False, True)
                     for batching in order:
                         r = run_cell(servers[batching][1], clients, args.seconds, names)
                         key = f"{'on' if batching else 'off'}_{clients}"
                         cells.setdefault(key, []).append(r)
-                        print(f"round {rnd + 1} batching {key}: {r['requests_per_s']:.1f} req/s, "
+                        print(f"round {rnd + 1} {key}: {r['requests_per_s']:.1f} req/s, "
                               f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, "
                               f"mean batch {r['mean_batch'] or 0:.1f}", flush=True)  # fmt: skip
         finally:
@@ -179,9 +191,9 @@ def main() -> None:
     load_end = os.getloadavg()
     med = {
         key: {
-            m: statistics.median(r[m] for r in rs)
-            for m in ("requests_per_s", "p50_ms", "p99_ms", "mean_batch")
+            m: statistics.median(r[m] for r in rs) for m in ("requests_per_s", "p50_ms", "p99_ms")
         }
+        | {"mean_batch": statistics.median(r["mean_batch"] or 0 for r in rs)}
         | {"errors": sum(r["errors"] for r in rs), "rounds": [r for r in rs]}
         for key, rs in cells.items()
     }
@@ -229,6 +241,11 @@ def main() -> None:
                 f"| {clients} | {mode} | {c['requests_per_s']:.1f} | {c['p50_ms']:.1f} | "
                 f"{c['p99_ms']:.1f} | {c['mean_batch'] or 0:.1f} | {c['errors']} |"
             )
+    h = med[f"health_{top}"]
+    lines.append(
+        f"| {top} | `GET /health` (no model) | {h['requests_per_s']:.1f} | {h['p50_ms']:.1f} | "
+        f"{h['p99_ms']:.1f} | | {h['errors']} |"
+    )
     lines += [
         "",
         f"At {top} clients batching serves {ratio:.2f}x the requests/s, p99 "
