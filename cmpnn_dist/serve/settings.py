@@ -47,7 +47,7 @@ class ServeSettings:
 SERVE_KEYS = [f"serve.{f.name}" for f in fields(ServeSettings)[5:] if f.name != "cwd"]
 PREDICT_KEYS = ["ckpt", "weights", "graph", "device"]
 LOW = {
-    "port": 0,
+    "port": 1,
     "replicas": 1,
     "cpus_per_replica": 0.0,
     "max_batch_size": 1,
