@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("evaluation", ("cmpnn_dist.evaluation", "cmpnn_dist.sweep")),
     ("training", ("cmpnn_dist.training",)),
     ("distributed", ("cmpnn_dist.distributed",)),
-    ("applications", ("cmpnn_dist.predict", "cmpnn_dist.wl")),
+    ("applications", ("cmpnn_dist.predict", "cmpnn_dist.wl", "cmpnn_dist.serve")),
 ]  # fmt: skip
 ENTRY_POINTS = (
     "cmpnn_dist.cli", "cmpnn_dist.train", "cmpnn_dist.evaluate", "cmpnn_dist.report",

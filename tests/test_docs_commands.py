@@ -144,6 +144,8 @@ def classify(argv: list[str]) -> tuple[str, str]:
         return "run", ""
     if module == "cmpnn_dist.sweep":
         return "compose", "needs a finished sweep"
+    if module == "cmpnn_dist.serve":
+        return "compose", "a server runs until stopped (tests/test_serve.py runs it)"
     if module == "cmpnn_dist.convert" and (
         "--raw" in args or not args or not args[0].startswith("synthetic:")
     ):
@@ -232,6 +234,13 @@ def compose_check(argv: list[str]) -> None:
         return
     if module == "cmpnn_dist.evaluate":
         _, overrides = split_args(args, ["ckpt", "weights"])
+        compose_config("default", overrides)
+        return
+    if module == "cmpnn_dist.serve":
+        from cmpnn_dist.serve.settings import PREDICT_KEYS, SERVE_KEYS, settings_from
+
+        special, overrides = split_args(args, PREDICT_KEYS + SERVE_KEYS)
+        settings_from(special, overrides, str(REPO))  # the serve.* keys and their values
         compose_config("default", overrides)
         return
     if module == "cmpnn_dist.predict":

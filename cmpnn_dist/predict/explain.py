@@ -117,7 +117,9 @@ class Explanation:
     """The paths explaining the answer ``tail`` of ``(head, relation, ?)`` (ids; ``relation``
     in [0, 2|R|)) with names; ``paths``: ``[(mean importance, [(src, rel, dst) edges])]``
     with ``rel`` in [0, 2|R|) (``>= |R|``: an inverse edge, the fact ``(dst, rel - |R|, src)``);
-    ``layers[i]``: the layer at which each edge of path i carries its message.
+    ``layers[i]``: the layer at which each edge of path i carries its message;
+    ``edge_weights[i]``: each edge's importance ``g^(t_l)_{e_l}`` at that layer (their mean
+    is the path's importance).
     """
 
     head: int
@@ -128,6 +130,7 @@ class Explanation:
     entity_names: list[str] = field(repr=False)
     relation_names: list[str] = field(repr=False)
     layers: list[list[int]] = field(default_factory=list)
+    edge_weights: list[list[float]] = field(default_factory=list)
 
     @property
     def num_relations(self) -> int:
@@ -206,6 +209,10 @@ def explain_fact(
     paths = [
         (imp, [(int(src[e]), int(rel[e]), int(dst[e])) for e in edges]) for imp, edges, _ in found
     ]
+    g = grads.cpu()
+    weights = [
+        [float(g[t, e]) for e, t in zip(edges, layers, strict=True)] for _, edges, layers in found
+    ]
     return Explanation(
         head,
         relation,
@@ -215,4 +222,5 @@ def explain_fact(
         predictor.entities.names,
         predictor.relations.names,
         [layers for _, _, layers in found],
+        weights,
     )

@@ -1,0 +1,116 @@
+"""Start and stop the application: a local Ray, Serve's HTTP proxy on ``host:port``, the
+replicas; every failure before the first request is one :class:`UsageError` line.
+
+The Ray this starts is this process's own (``address="local"``, its processes watched by
+:mod:`cmpnn_dist.distributed.reaper` in case this process is killed); its internal services
+listen on the loopback interface.  The HTTP proxy listens on ``serve.host`` only.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+
+from cmpnn_dist.errors import UsageError
+from cmpnn_dist.openmp_env import openmp_env
+from cmpnn_dist.serve.settings import ServeSettings
+
+APP_NAME = "cmpnn"
+# Serve's proxy must answer its readiness / health checks within 5 / 10 s or it is replaced;
+# on a loaded 2-core machine a starting proxy missed them for a minute: allow 60 s
+SERVE_ENV = {
+    "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60",
+    "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "60",
+}
+
+
+def check_address(host: str, port: int) -> None:
+    """``host:port`` must be free to listen on (else one line naming it)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise UsageError(f"serve.host={host!r}: {exc.strerror}") from None
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(addr)
+        except OSError as exc:
+            what = "is in use" if exc.errno == errno.EADDRINUSE else f"fails: {exc.strerror}"
+            raise UsageError(
+                f"serve.host={host} serve.port={port}: listening there {what}"
+            ) from None
+
+
+def start(settings: ServeSettings, attempts: int = 3) -> str:
+    """Start Ray, Serve and the application; returns the URL it answers on.
+
+    Ray gives its raylet 30 s to register; on a loaded machine that can pass, so a local
+    start is tried up to ``attempts`` times."""
+    import ray
+    from ray import serve
+
+    from cmpnn_dist.serve.app import build_app
+
+    if settings.port:
+        check_address(settings.host, settings.port)
+    need = settings.replicas * settings.cpus_per_replica
+    num_cpus = max(os.cpu_count() or 1, int(need + 0.999))
+    for key, value in SERVE_ENV.items():  # read by Serve's controller and proxy actors
+        os.environ.setdefault(key, value)
+    env = {**openmp_env(), "OMP_NUM_THREADS": str(max(1, int(settings.cpus_per_replica)))}
+    for attempt in range(1, attempts + 1):
+        try:
+            ray.init(
+                address="local",
+                num_cpus=num_cpus,
+                include_dashboard=False,
+                log_to_driver=False,
+                _node_ip_address="127.0.0.1",
+                runtime_env={"env_vars": env},
+            )
+            break
+        except Exception as exc:  # noqa: BLE001 - a start-up timeout, a full /tmp...: one line
+            ray.shutdown()
+            if attempt == attempts:
+                raise UsageError(
+                    f"could not start a local Ray ({attempts} attempts; "
+                    f"{type(exc).__name__}: {exc})"
+                ) from None
+    _watch()
+    try:
+        serve.start(
+            http_options={"host": settings.host, "port": settings.port},
+            logging_config={"log_level": "WARNING"},
+        )
+        serve.run(build_app(settings), name=APP_NAME, route_prefix="/")
+    except Exception as exc:  # noqa: BLE001 - e.g. a replica that failed to load the model
+        stop()
+        lines = [x for x in str(exc).strip().splitlines() if x.strip()]
+        raise UsageError(
+            f"the server did not start: {lines[-1] if lines else type(exc).__name__}"
+        ) from None
+    return f"http://{settings.host}:{settings.port}/"
+
+
+def _watch() -> None:
+    """Stop this Ray's processes if this process dies without :func:`stop` (SIGKILL)."""
+    try:
+        import ray
+
+        from cmpnn_dist.distributed.reaper import start_reaper
+
+        start_reaper(ray._private.worker._global_node.get_session_dir_path())
+    except Exception:  # noqa: BLE001, S110 - a safety net, never fatal
+        pass
+
+
+def stop() -> None:
+    """Shut the application, Serve and Ray down."""
+    import ray
+    from ray import serve
+
+    try:
+        serve.shutdown()
+    finally:
+        ray.shutdown()
