@@ -6,8 +6,8 @@ disease 10,687, drug 10,533, function 45,085, protein 17,499, sideeffect 9,969. 
 (biokg's 51 names, each with biokg's signature): ``disease-protein``, ``drug-disease``,
 ``drug-protein``, ``drug-sideeffect``, ``function-function``, ``protein-function``, seven
 ``protein-protein_<kind>`` and 38 ``drug-drug_<k>``.  Base facts are drawn per relation with a
-mean out-degree per head node (``DEGREES``; about 480 K base facts at ``scale=0.1``, biokg has
-476 K per tenth) between nodes picked by a power law within each type (node of random rank i
+mean out-degree per head node (``DEGREES``; 451,908 training facts at ``scale=0.1`` with the
+rule-added ones, biokg has 476 K per tenth) between nodes picked by a power law within each type (node of random rank i
 with probability ~ (i + 1) ** -alpha), as in :mod:`biokg_scale`.
 
 Planted rules (``x != y``; ``r^-1`` is the inverse direction):
