@@ -128,16 +128,24 @@ def _init_ray(cfg: Any) -> bool:
     num_cpus = max(os.cpu_count() or 1, math.ceil(need))
     # address="local": a new Ray here, never a cluster someone else started on this machine
     # (a bare ray.init() would join the one named in /tmp/ray/ray_current_cluster)
-    try:
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
-    except Exception as exc:  # a start-up timeout, a full /tmp...: one line and a hint
-        ray.shutdown()
-        raise DistributedTrainingError(
-            f"could not start a local Ray cluster ({type(exc).__name__}: "
-            f"{_first_lines(str(exc), 1) or exc!r}); a busy or small machine may need "
-            "RAY_gcs_server_port_wait_time_s=120, a full /tmp a RAY_TMPDIR elsewhere, or "
-            "cluster.address= an existing cluster"
-        ) from None
+    attempts = 3  # Ray gives its raylet a fixed 30 s to register: a loaded machine can miss it
+    for attempt in range(1, attempts + 1):
+        try:
+            ray.init(
+                address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True
+            )
+            break
+        except Exception as exc:  # a start-up timeout, a full /tmp...: one line and a hint
+            ray.shutdown()
+            if attempt < attempts and "timed out" in str(exc).lower():
+                continue  # again, silently: the run's first line is still its own
+            tries = f"; {attempt} attempts" if attempt > 1 else ""
+            raise DistributedTrainingError(
+                f"could not start a local Ray cluster ({type(exc).__name__}: "
+                f"{_first_lines(str(exc), 1) or exc!r}{tries}); a busy or small "
+                "machine may need RAY_gcs_server_port_wait_time_s=120 or a cluster started first "
+                "(ray start --head, then cluster.address=auto), a full /tmp a RAY_TMPDIR elsewhere"
+            ) from None
     _start_reaper()
     return True
 
