@@ -392,7 +392,7 @@ def test_pruned_presets_are_the_paper_presets_plus_pruning(preset):
     pruned = config_to_dict(compose_config(f"{preset}_pruned", []))
     assert pruned["model"].pop("propagation") == "pruned"
     assert base["model"].pop("propagation") == "dense"
-    assert 0 < pruned["model"].pop("prune")["node_ratio"] < 0.05
+    assert 0 < pruned["model"].pop("prune")["node_ratio"] <= 0.05  # a pruned budget
     base["model"].pop("prune")
     assert pruned == base
 

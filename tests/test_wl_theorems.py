@@ -133,7 +133,7 @@ def test_cmpnn_is_refined_by_rawl2(message: int, aggregate: str) -> None:
             cfg = ModelConfig(
                 init=init,
                 message=message,
-                num_bases=2,
+                num_bases=2 if message == 3 else None,
                 aggregate=aggregate,
                 history=history,
                 num_layers=t,
