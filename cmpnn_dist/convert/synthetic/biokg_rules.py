@@ -7,8 +7,8 @@ disease 10,687, drug 10,533, function 45,085, protein 17,499, sideeffect 9,969. 
 ``drug-protein``, ``drug-sideeffect``, ``function-function``, ``protein-function``, seven
 ``protein-protein_<kind>`` and 38 ``drug-drug_<k>``.  Base facts are drawn per relation with a
 mean out-degree per head node (``DEGREES``; 451,908 training facts at ``scale=0.1`` with the
-rule-added ones, biokg has 476 K per tenth) between nodes picked by a power law within each type (node of random rank i
-with probability ~ (i + 1) ** -alpha), as in :mod:`biokg_scale`.
+rule-added ones, biokg has 476 K per tenth) between nodes picked by a power law within each
+type (:func:`biokg_scale.typed_power_law`).
 
 Planted rules (``x != y``; ``r^-1`` is the inverse direction):
 
@@ -31,7 +31,12 @@ from typing import Any
 import numpy as np
 
 from cmpnn_dist.convert.common import dedupe
-from cmpnn_dist.convert.synthetic.biokg_scale import TYPE_SIZES, TYPES, entity_names
+from cmpnn_dist.convert.synthetic.biokg_scale import (
+    TYPE_SIZES,
+    TYPES,
+    entity_names,
+    typed_power_law,
+)
 from cmpnn_dist.convert.synthetic.params import merge_params
 from cmpnn_dist.convert.synthetic.rule_kg import compose
 from cmpnn_dist.storage.writer import GraphSpec
@@ -71,15 +76,7 @@ DEFAULTS: dict[str, Any] = {
 def _base(p: dict, rng: np.random.Generator) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Node types int64 [N] and base edges per relation, int64 [E_r, 2] (distinct, x != y)."""
     sizes = [max(2, int(round(s * float(p["scale"])))) for s in TYPE_SIZES]
-    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    cdf = []
-    for s in sizes:
-        w = 1.0 / (rng.permutation(s) + 1.0) ** float(p["alpha"])
-        cdf.append(np.cumsum(w / w.sum()))
-
-    def draw(kind: int, m: int) -> np.ndarray:
-        idx = np.searchsorted(cdf[kind], rng.random(m), side="right")
-        return offsets[kind] + np.minimum(idx, sizes[kind] - 1)
+    draw = typed_power_law(sizes, float(p["alpha"]), rng)
 
     edges = {}
     for name, (ht, tt, deg) in DEGREES.items():

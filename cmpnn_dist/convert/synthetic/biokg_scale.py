@@ -9,6 +9,7 @@ degrees: within a type, node ``i`` of a random ranking is drawn with probability
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -32,13 +33,31 @@ DEFAULTS = {
 }
 
 
+def typed_power_law(
+    sizes: list[int], alpha: float, rng: np.random.Generator
+) -> Callable[[int, int], np.ndarray]:
+    """``draw(kind, m)``: ``m`` node ids of type ``kind`` (types laid out one after the other,
+    ``sizes`` nodes each), the node of rank i in a random ranking of its type drawn with
+    probability ~ (i + 1) ** -alpha."""
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    cdf = []
+    for s in sizes:
+        w = 1.0 / (rng.permutation(s) + 1.0) ** alpha
+        cdf.append(np.cumsum(w / w.sum()))
+
+    def draw(kind: int, m: int) -> np.ndarray:
+        idx = np.searchsorted(cdf[kind], rng.random(m), side="right")
+        return offsets[kind] + np.minimum(idx, sizes[kind] - 1)
+
+    return draw
+
+
 def generate(params: dict | None = None) -> dict:
     """-> {"node_types" [N], "type_sizes", "relation_names", "facts": {split: [F, 3]}}."""
     p = merge_params(DEFAULTS, params, "synthetic:biokg_scale")
     rng = np.random.default_rng(int(p["seed"]))
     scale = float(p["scale"])
     sizes = [max(2, int(round(s * scale))) for s in TYPE_SIZES]
-    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     n = int(sum(sizes))
     num_rel = int(p["num_relations"])
     wanted = {s: int(round(int(p[f"num_{s}"]) * scale)) for s in ("train", "valid", "test")}
@@ -46,15 +65,7 @@ def generate(params: dict | None = None) -> dict:
     sig = rng.integers(0, len(TYPES), size=(num_rel, 2))
     share = 1.0 / (np.arange(num_rel) + 1.0) ** 0.7
     share = rng.permutation(share / share.sum())
-    # per-type node sampling weights: power law over a random ranking
-    weights = []
-    for s in sizes:
-        w = 1.0 / (rng.permutation(s) + 1.0) ** float(p["alpha"])
-        weights.append(np.cumsum(w / w.sum()))
-
-    def draw(kind: int, m: int) -> np.ndarray:
-        idx = np.searchsorted(weights[kind], rng.random(m), side="right")
-        return offsets[kind] + np.minimum(idx, sizes[kind] - 1)
+    draw = typed_power_law(sizes, float(p["alpha"]), rng)
 
     facts = np.zeros((0, 3), dtype=np.int64)
     while len(facts) < total:
