@@ -69,6 +69,21 @@ def split_args(argv: Sequence[str], special: Sequence[str]) -> tuple[dict[str, s
     return found, rest
 
 
+def int_arg(special: dict[str, str], key: str, default: int | None, low: int = 1) -> int | None:
+    """The integer ``special[key]`` (``default`` when absent); a non-integer or a value below
+    ``low`` is a :class:`UsageError` naming the key."""
+    text = special.get(key)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"{key}={text!r}: expected an integer") from None
+    if value < low:
+        raise UsageError(f"{key}={value}: must be >= {low}")
+    return value
+
+
 def compose_config(preset: str, overrides: Sequence[str]) -> Config:
     """Compose ``conf/<preset>.yaml`` with ``overrides``; returns a typed, resolved Config."""
     from hydra import compose, initialize_config_dir

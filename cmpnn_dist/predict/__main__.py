@@ -25,7 +25,7 @@ set_openmp_defaults()  # before torch loads OpenMP (see cmpnn_dist/openmp_env.py
 
 import pandas as pd  # noqa: E402
 
-from cmpnn_dist.cli import run_cli, split_args  # noqa: E402
+from cmpnn_dist.cli import int_arg, run_cli, split_args  # noqa: E402
 from cmpnn_dist.errors import UsageError  # noqa: E402
 from cmpnn_dist.predict.names import Query, read_queries  # noqa: E402
 from cmpnn_dist.storage.atomic import write_atomic  # noqa: E402
@@ -54,19 +54,6 @@ USAGE = (
 )
 
 
-def _int(special: dict[str, str], key: str, default: int, low: int) -> int:
-    text = special.get(key)
-    if text is None:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise UsageError(f"{key}={text!r}: expected an integer") from None
-    if value < low:
-        raise UsageError(f"{key}={value}: must be >= {low}")
-    return value
-
-
 def write_table(frame: pd.DataFrame, path: Path) -> None:
     """CSV (``.csv``, ``.tsv``) or Parquet (``.parquet``, ``.pq``), encoded in memory, then
     a temp file and a rename (a full disk is one error naming ``path``)."""
@@ -91,9 +78,9 @@ def _main(argv: list[str]) -> dict[str, Any]:
         raise UsageError("give either head= / tail= with relation=, or queries=FILE; " + USAGE)
     if single and "relation" not in special:
         raise UsageError("relation= is missing; " + USAGE)
-    topk = _int(special, "topk", 10, 1)
-    explain = _int(special, "explain", 0, 0)
-    beam = _int(special, "beam", 10, 1)
+    topk = int_arg(special, "topk", 10, 1)
+    explain = int_arg(special, "explain", 0, 0)
+    beam = int_arg(special, "beam", 10, 1)
     wait = special.get("wait", "true").lower()
     if wait not in ("true", "false"):
         raise UsageError(f"wait={special['wait']!r}: choose true or false")

@@ -32,7 +32,7 @@ from cmpnn_dist.openmp_env import set_openmp_defaults
 
 set_openmp_defaults()  # before torch loads OpenMP (see cmpnn_dist/openmp_env.py)
 
-from cmpnn_dist.cli import run_cli, split_args  # noqa: E402
+from cmpnn_dist.cli import int_arg, run_cli, split_args  # noqa: E402
 from cmpnn_dist.errors import UsageError  # noqa: E402
 
 SPECIAL = [
@@ -46,24 +46,11 @@ USAGE = (
 )
 
 
-def _positive(special: dict[str, str], key: str, default: int | None) -> int | None:
-    text = special.get(key)
-    if text is None:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise UsageError(f"{key}={text!r}: expected an integer") from None
-    if value < 1:
-        raise UsageError(f"{key}={value}: must be >= 1")
-    return value
-
-
 def _options(special: dict[str, str]) -> dict[str, Any]:
     missing = [k for k in ("ckpt", "relation", "heads", "top_k", "out") if k not in special]
     if missing:
         raise UsageError(f"missing {', '.join(k + '=' for k in missing)}; {USAGE}")
-    top_k = 0 if special["top_k"] == "all" else _positive(special, "top_k", None)
+    top_k = 0 if special["top_k"] == "all" else int_arg(special, "top_k", None)
     known = special.get("known", "flag")
     if known not in ("flag", "filter"):
         raise UsageError(f"known={known!r}: choose flag or filter")
@@ -78,8 +65,8 @@ def _options(special: dict[str, str]) -> dict[str, Any]:
         "known": known,
         "weights": weights,
         "graph": special.get("graph", "train"),
-        "batch_size": _positive(special, "batch_size", None),
-        "part_size": _positive(special, "part_size", 64),
+        "batch_size": int_arg(special, "batch_size", None),
+        "part_size": int_arg(special, "part_size", 64),
         "progress": progress == "true",
         "out": Path(special["out"]).expanduser().absolute(),
     }
