@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from provenance import git_commit, write_atomic  # noqa: E402
+from provenance import cpu_model, git_commit, write_atomic  # noqa: E402
 
 RUN = "chaos"
 # a Ray system process of the run's local cluster: (kind, pattern on the command line)
@@ -366,15 +366,8 @@ def compare(ref: Path, run: Path) -> dict:
 
 
 def machine() -> str:
-    cpu = platform.machine()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, no GPU, {platform.system()} {platform.release()}"
+    system = f"{platform.system()} {platform.release()}"
+    return f"{cpu_model()}, {os.cpu_count()} cores, no GPU, {system}"
 
 
 def straight_run(args: argparse.Namespace, root: Path, logs: Path) -> dict:

@@ -6,6 +6,7 @@ Shared by the benchmark scripts (run as ``python benchmarks/NAME.py``, so this f
 
 from __future__ import annotations
 
+import platform
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,6 +31,17 @@ def git_commit(*rev_flags: str, mark_dirty: bool = False) -> str:
         return rev + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def cpu_model() -> str:
+    """The CPU's model name from ``/proc/cpuinfo`` (else what ``platform`` knows)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -39,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from provenance import git_commit, ops_paths
+from provenance import cpu_model, git_commit, ops_paths
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -109,16 +109,6 @@ def child_ours(agg: str, threads: str, n_warm: int, n_timed: int, storage: str) 
 
 
 # ---------------------------------------------------------------- parent
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 class Burner:
     """One busy-loop process on the machine (the "other core busy" condition); bounded."""
 
