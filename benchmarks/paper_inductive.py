@@ -1,36 +1,37 @@
 """The paper's inductive table (Table 1, basic C-MPNN) on all eight GraIL splits, from the
 product's own resumable sweeps, with the paper's and NBFNet's published figures beside ours.
 
-The sweeps (one seed on every split, seeds 1 and 2 on v1 and v2, and the same table with
-``model.prior=relations``) are the product's ``-m`` runs on the local Ray cluster; a stopped
-sweep is restarted by the same command and resumes its unfinished cell::
+Three sweeps of ``python -m cmpnn_dist.train -m`` on the local Ray cluster (one trial per core,
+one torch thread each): ``graIL8`` (seed 0 on every split, cheapest split first), ``graIL8_seeds``
+(seeds 1 and 2 on v1 and v2) and ``graIL8_prior`` (``graIL8`` with ``model.prior=relations``).
+On one core they take about 15 hours a seed, so they run in pieces, and the pieces may run on
+different machines: the cells travel in git, in ``benchmarks/results/paper_inductive_runs/``.
 
-    python -m cmpnn_dist.train -m conf=fb237_ind_v1 data=fb237_ind_v1,wn18rr_ind_v1,\\
-        fb237_ind_v2,wn18rr_ind_v2,fb237_ind_v3,wn18rr_ind_v4,fb237_ind_v4,wn18rr_ind_v3 \\
-        train.seed=0 cluster.cpus_per_worker=1 sweep_name=graIL8 storage_root=STORE
-    python -m cmpnn_dist.train -m conf=fb237_ind_v1 \\
-        data=fb237_ind_v1,wn18rr_ind_v1,fb237_ind_v2,wn18rr_ind_v2 train.seed=1,2 \\
-        cluster.cpus_per_worker=1 sweep_name=graIL8_seeds storage_root=STORE
-    python -m cmpnn_dist.train -m conf=fb237_ind_v1 model.prior=relations data=...(as graIL8) \\
-        train.seed=0 cluster.cpus_per_worker=1 sweep_name=graIL8_prior storage_root=STORE
+    python benchmarks/paper_inductive.py run --storage STORE      # restore, then the sweeps
+    python benchmarks/paper_inductive.py save --storage STORE     # any time; then commit
+    python benchmarks/paper_inductive.py table                    # the table from the archive
 
-This script reads every finished cell (``results.json``: test Hits@10_50 under the paper's
-rule and MRR, our filter: every known fact removed) and scores its best checkpoint once more
-under ``eval.filter=facts``, the paper's code's filter (only the inductive fact graph's answers
-removed), in this process, writing nothing into the run folder::
-
-    python benchmarks/paper_inductive.py --storage STORE
-
-Results: ``benchmarks/results/paper_inductive_cpu.{md,json}`` (unfinished cells are listed).
+``run`` first restores the archive into ``STORE`` (a cell the store lacks, or holds at an
+earlier step), then runs the three sweeps in order; a stopped sweep resumes its unfinished
+cells from their newest checkpoint, never from step 0, and skips the finished ones (printed
+as they run: ``--print``). ``save`` copies into the archive, for each finished cell, its
+``results.json`` and ``metrics.csv`` plus its best weights' test metrics under the paper's
+filter (``eval.filter=facts``, scored once, in this process); for each unfinished cell, its
+newest valid checkpoint and ``best``, so the next ``run`` continues it; then it writes the
+table. ``table`` writes ``benchmarks/results/paper_inductive_cpu.{md,json}`` from the archive
+alone (unfinished cells are listed).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -39,16 +40,108 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 from provenance import git_commit, write_atomic  # noqa: E402
 
-SWEEPS = {"graIL8": "basic", "graIL8_seeds": "basic", "graIL8_prior": "prior"}
+ARCHIVE = HERE / "results" / "paper_inductive_runs"
 ORDER = [f"{d}_ind_v{i}" for d in ("fb237", "wn18rr") for i in range(1, 5)]
+# the sweeps' split order: cheapest first (one core: 10 min, 16 min, 35 min, 37 min, 1.6 h,
+# 2.2 h, 3.0 h, 6.9 h), so every piece of a few hours finishes cells
+BY_COST = ["fb237_ind_v1", "wn18rr_ind_v1", "fb237_ind_v2", "wn18rr_ind_v4",
+           "fb237_ind_v3", "wn18rr_ind_v2", "fb237_ind_v4", "wn18rr_ind_v3"]  # fmt: skip
+# name -> (variant, fixed overrides, splits, seeds)
+SWEEPS: dict[str, tuple[str, list[str], list[str], list[int]]] = {
+    "graIL8": ("basic", [], BY_COST, [0]),
+    "graIL8_seeds": ("basic", [], [s for s in BY_COST if s[-1] in "12"], [1, 2]),
+    "graIL8_prior": ("prior", ["model.prior=relations"], BY_COST, [0]),
+}
 
 
-def facts_filter_metrics(run: Path, storage: str, cache: Path) -> dict:
-    """Test metrics of the run's best weights under ``eval.filter=facts`` (cached by run)."""
-    key = str(run)
-    saved = json.loads(cache.read_text()) if cache.is_file() else {}
-    if key in saved:
-        return saved[key]
+def sweep_command(name: str, storage: Path) -> list[str]:
+    """The product's command line for sweep ``name``."""
+    _, fixed, splits, seeds = SWEEPS[name]
+    return [
+        sys.executable, "-m", "cmpnn_dist.train", "-m", "conf=fb237_ind_v1", *fixed,
+        "data=" + ",".join(splits), "train.seed=" + ",".join(map(str, seeds)),
+        "cluster.cpus_per_worker=1", f"sweep_name={name}", f"storage_root={storage}",
+    ]  # fmt: skip
+
+
+def cells() -> Iterator[tuple[str, str, str, int]]:
+    """``(run name, variant, split, seed)`` of every cell, in run order; the run name is the
+    product's ``<sweep>/<cell id>`` (``cmpnn_dist.sweep.expand`` names the cells)."""
+    from cmpnn_dist.sweep import expand
+
+    for name, (variant, _, _, seeds) in SWEEPS.items():
+        _, grid = expand(sweep_command(name, Path("STORE"))[4:])
+        for cell in grid:
+            over = dict(o.split("=", 1) for o in cell.overrides)
+            yield (
+                f"{name}/{cell.cell_id}",
+                variant,
+                over["data"],
+                int(over.get("train.seed", seeds[0])),
+            )
+
+
+def run_names() -> list[str]:
+    return [c[0] for c in cells()]
+
+
+def _copy_tree(src: Path, dst: Path) -> None:
+    """Replace ``dst`` by a copy of ``src`` (staged beside it, then renamed)."""
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp)
+    shutil.rmtree(dst, ignore_errors=True)
+    tmp.rename(dst)
+
+
+def _step(run: Path) -> int:
+    """The newest valid checkpoint's step of a run folder (-1: none)."""
+    from cmpnn_dist.training.checkpoint_store import CheckpointStore
+
+    found = CheckpointStore(run).find_latest() if (run / "checkpoints").is_dir() else None
+    return found.step if found else -1
+
+
+def restore(storage: Path, archive: Path = ARCHIVE, runs: list[str] | None = None) -> list[str]:
+    """Copy archived runs into ``storage`` where the store has none, or an older one."""
+    restored = []
+    for name in runs or run_names():
+        src, dst = archive / name, storage / "runs" / name
+        if not src.is_dir() or (dst / "results.json").is_file():
+            continue
+        if (src / "results.json").is_file() or _step(src) > _step(dst):
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            _copy_tree(src, dst)
+            restored.append(name)
+    return restored
+
+
+def _copy_checkpoints(run: Path, dst: Path, tries: int = 5) -> int:
+    """Copy a run's newest valid checkpoint and its ``best`` into ``dst``; returns the step
+    (-1: none). The run may be training beside this and prune or replace both meanwhile, so
+    every copy is checked against its manifest's sha256 sums and retried when it is torn."""
+    from cmpnn_dist.training.checkpoint import CheckpointError, read_manifest
+    from cmpnn_dist.training.checkpoint_store import CheckpointStore
+
+    for _ in range(tries):
+        shutil.rmtree(dst, ignore_errors=True)
+        found = CheckpointStore(run).find_latest()
+        if found is None:
+            return -1
+        try:
+            shutil.copytree(found.path, dst / found.path.name)
+            if (run / "checkpoints" / "best").is_dir():
+                shutil.copytree(run / "checkpoints" / "best", dst / "best")
+                read_manifest(dst / "best", verify_checksums=True)
+            read_manifest(dst / found.path.name, verify_checksums=True)
+            return found.step
+        except (OSError, CheckpointError):
+            time.sleep(1.0)
+    raise RuntimeError(f"{run}: its checkpoints kept changing while they were copied")
+
+
+def facts_filter_metrics(run: Path, storage: Path) -> dict:
+    """Test metrics of the run's best weights under ``eval.filter=facts``."""
     import torch
 
     from cmpnn_dist.predict.loading import load_model
@@ -59,29 +152,52 @@ def facts_filter_metrics(run: Path, storage: str, cache: Path) -> dict:
     model, cfg, ds = load_model(run, [f"storage_root={storage}", "eval.filter=facts"])
     data = load_train_data(ds, "facts")
     out = evaluate_split(model, data.test, data.test.graph, cfg, data.num_relations, progress=False)
-    saved[key] = {k: out[k] for k in ("mrr", "hits@10", "hits@10_50", "num_queries")}
-    write_atomic(cache, json.dumps(saved, indent=1))
-    return saved[key]
+    return {k: out[k] for k in ("mrr", "hits@10", "hits@10_50", "num_queries")}
 
 
-def cells(storage: Path) -> tuple[list[dict], list[str]]:
-    """Finished cells (split, variant, seed, metrics) and the unfinished ones' names."""
-    done, todo = [], []
-    for sweep, variant in SWEEPS.items():
-        spec_path = storage / "sweeps" / sweep / "sweep.json"
-        if not spec_path.is_file():
-            continue
-        for cell in json.loads(spec_path.read_text())["cells"]:
-            over = dict(o.split("=", 1) for o in cell["overrides"])
-            run = Path(cell["run_dir"])
-            result = run / "results.json"
-            if not result.is_file():
-                todo.append(f"{sweep}/{cell['cell_id']}")
+def save(
+    storage: Path, archive: Path = ARCHIVE, runs: list[str] | None = None
+) -> dict[str, list[str]]:
+    """Archive every finished run (results, facts-filter metrics) and every unfinished run's
+    newest valid checkpoint with ``best``; returns the runs saved in each state."""
+    saved: dict[str, list[str]] = {"finished": [], "in progress": []}
+    for name in runs or run_names():
+        run, dst = storage / "runs" / name, archive / name
+        if (dst / "facts.json").is_file() or not run.is_dir():
+            continue  # archived finished, or never started here
+        stage = Path(f"{dst}.new")
+        shutil.rmtree(stage, ignore_errors=True)
+        stage.mkdir(parents=True)
+        if (run / "results.json").is_file():
+            for f in ("results.json", "metrics.csv"):
+                shutil.copy2(run / f, stage / f)
+            facts = facts_filter_metrics(run, storage)
+            (stage / "facts.json").write_text(json.dumps(facts, indent=1) + "\n")
+            state = "finished"
+        else:
+            if _copy_checkpoints(run, stage / "checkpoints") <= _step(dst):
+                shutil.rmtree(stage)
                 continue
-            res = json.loads(result.read_text())
-            seed = int(over.get("train.seed", 0))
-            done.append({"split": over["data"], "variant": variant, "seed": seed, "run": str(run),
-                         "test": res["test"], "wall_s": res.get("wall_s")})  # fmt: skip
+            state = "in progress"
+        shutil.rmtree(dst, ignore_errors=True)
+        stage.rename(dst)
+        saved[state].append(name)
+    return saved
+
+
+def archived(archive: Path = ARCHIVE) -> tuple[list[dict], list[str]]:
+    """Finished cells (split, variant, seed, metrics) and the unfinished cells' names."""
+    done, todo = [], []
+    for name, variant, split, seed in cells():
+        cell = archive / name
+        if not (cell / "facts.json").is_file():
+            step = _step(cell) if cell.is_dir() else -1
+            todo.append(name + (f" (step {step})" if step >= 0 else ""))
+            continue
+        res = json.loads((cell / "results.json").read_text())
+        done.append({"split": split, "variant": variant, "seed": seed, "run": name,
+                     "test": res["test"], "wall_s": res.get("wall_s"),
+                     "facts": json.loads((cell / "facts.json").read_text())})  # fmt: skip
     return done, todo
 
 
@@ -99,11 +215,13 @@ def to_markdown(rows: list[dict], todo: list[str], load: str) -> str:
     lines = [
         "# The paper's inductive table on the eight GraIL splits (basic C-MPNN, full budget)",
         "",
-        "- command: the three sweeps and `python benchmarks/paper_inductive.py` in this "
-        "script's docstring",
-        f"- machine: 2-core VM, no GPU, one trial at a time, one torch thread; load: {load}",
-        f"- commit: {git_commit('--short=12', mark_dirty=True)} (this table); the cells ran "
-        f"from the code of the sweep's checkout; date {time.strftime('%Y-%m-%d', time.gmtime())}",
+        "- command: `python benchmarks/paper_inductive.py run --storage STORE` (the three "
+        "sweeps, in pieces), `save`, then `table`; each cell's files are in "
+        "`paper_inductive_runs/<sweep>/<cell>/`",
+        f"- machine: 2-core VM, no GPU, one trial per core, one torch thread each; load: {load}",
+        f"- commit: {git_commit('--short=12', mark_dirty=True)} (this table); each cell ran "
+        "from the code of the sweep's checkout at its time; date "
+        f"{time.strftime('%Y-%m-%d', time.gmtime())}",
         "- model: the presets' basic C-MPNN (sum, MSG 1, INIT 2, f(t) = t, no readout, "
         "6 x 32), 20 epochs, Adam 5e-3, batch 8, 32 negatives, best epoch by valid MRR; "
         "`+ prior`: the same with `model.prior=relations` (dense)",
@@ -140,35 +258,54 @@ def to_markdown(rows: list[dict], todo: list[str], load: str) -> str:
     head = (
         "| split | variant | seed | hits@10_50 (our / paper's filter) | MRR (our / paper's filter)"
     )
-    lines += ["", "Per cell:", "", head + " | wall s | run |", "|---|---|---|---|---|---|---|"]
+    lines += ["", "Per cell:", "", head + " | wall s | cell |", "|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (ORDER.index(r["split"]), r["variant"], r["seed"])):
+        wall = f"{r['wall_s']:.0f}" if r["wall_s"] else ""
         lines.append(
             f"| {r['split']} | {r['variant']} | {r['seed']} | {r['test']['hits@10_50']:.3f} / "
             f"{r['facts']['hits@10_50']:.3f} | {r['test']['mrr']:.3f} / {r['facts']['mrr']:.3f} "
-            f"| {r['wall_s'] or ''} | `{Path(r['run']).name}` |"
+            f"| {wall} | `{r['run']}` |"
         )
     if todo:
         lines += ["", f"Not finished yet ({len(todo)} cells): " + ", ".join(todo)]
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--storage", required=True, help="the sweeps' storage_root")
-    p.add_argument("--load", default="the sweep beside other jobs on the second core")
-    p.add_argument("--out", default=str(HERE / "results"))
-    args = p.parse_args(argv)
-    storage = Path(args.storage).resolve()
-    rows, todo = cells(storage)
-    cache = storage / "paper_inductive_facts_filter.json"
-    for r in rows:
-        r["facts"] = facts_filter_metrics(Path(r["run"]), str(storage), cache)
-    out = Path(args.out)
+def table(out: Path, load: str, archive: Path = ARCHIVE) -> str:
+    rows, todo = archived(archive)
     write_atomic(
         out / "paper_inductive_cpu.json", json.dumps({"cells": rows, "todo": todo}, indent=1)
     )
-    write_atomic(out / "paper_inductive_cpu.md", to_markdown(rows, todo, args.load))
-    print((out / "paper_inductive_cpu.md").read_text())
+    text = to_markdown(rows, todo, load)
+    write_atomic(out / "paper_inductive_cpu.md", text)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("action", choices=["run", "save", "restore", "table"])
+    p.add_argument("--storage", help="the sweeps' storage_root (run / save / restore)")
+    p.add_argument("--load", default="the sweep's other trial on the second core")
+    p.add_argument("--out", default=str(HERE / "results"))
+    p.add_argument("--print", action="store_true", help="run: print the commands, run nothing")
+    args = p.parse_args(argv)
+    if args.action != "table" and not args.storage:
+        p.error(f"{args.action} needs --storage")
+    storage = Path(args.storage).resolve() if args.storage else None
+    if args.action == "run":
+        if args.print:
+            print("\n".join(" ".join(sweep_command(n, storage)) for n in SWEEPS))
+            return 0
+        print(f"restored: {restore(storage) or 'nothing'}", flush=True)
+        for name in SWEEPS:
+            subprocess.run(sweep_command(name, storage), check=True)
+        return 0
+    if args.action == "restore":
+        print(f"restored: {restore(storage) or 'nothing'}")
+        return 0
+    if args.action == "save":
+        print(json.dumps(save(storage), indent=1))
+    print(table(Path(args.out), args.load))
     return 0
 
 
