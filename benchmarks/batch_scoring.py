@@ -161,7 +161,9 @@ def markdown(result: dict) -> str:
         f"- load: {result['load']}",
         f"- commit: {result['commit']}",
         f"- date: {result['date']}",
-        f"- torch threads: {result['threads']} on both sides (the one-query loop, each worker); "
+        f"- torch threads: {result['threads']} on both sides (the one-query loop, each worker), "
+        "the product's OpenMP and huge-page settings (`cmpnn_dist/openmp_env.py`) and the same "
+        "priority on both sides (Ray's workers at nice 0, `RAY_worker_niceness=0`); "
         f"medians of {result['rounds']} interleaved rounds; queries/s of the batch job = "
         "queries / scoring time (workers holding their models -> last part written); "
         "`end to end` also counts starting the actors, loading the model in each, and the "
@@ -199,7 +201,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--load", default="", help="what else ran on the machine (for the header)")
     ap.add_argument("--out", default=str(HERE / "results"))
     args = ap.parse_args(argv)
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # the same process settings on both sides: the product's OpenMP / huge-page defaults in
+    # this process (the one-query loop) as in the Ray actors (driver._worker_env), and the
+    # actors at this process's priority, not Ray's default worker niceness of 15, so both
+    # sides compete alike with whatever else runs on the machine
+    from cmpnn_dist.openmp_env import set_openmp_defaults
+
+    set_openmp_defaults()
+    os.environ.setdefault("RAY_worker_niceness", "0")
     import ray
     import torch
 

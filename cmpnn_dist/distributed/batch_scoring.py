@@ -103,8 +103,8 @@ def run_scoring_pool(
                 done, _ = ray.wait(list(running), num_returns=1)
                 actor = running.pop(done[0])
                 key, result = ray.get(done[0])
+                submit(actor)  # the actor scores its next task while the caller writes this one
                 on_result(key, result)
-                submit(actor)
         except ray.exceptions.RayError as exc:
             raise DistributedTrainingError(
                 f"batch scoring failed on a Ray worker (cluster.max_failures={cl.max_failures}): "
