@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
-from provenance import git_commit, write_atomic  # noqa: E402
+from provenance import cpu_model, git_commit, write_atomic  # noqa: E402
 
 ARCHIVE = HERE / "results" / "paper_inductive_runs"
 ORDER = [f"{d}_ind_v{i}" for d in ("fb237", "wn18rr") for i in range(1, 5)]
@@ -155,6 +155,23 @@ def facts_filter_metrics(run: Path, storage: Path) -> dict:
     return {k: out[k] for k in ("mrr", "hits@10", "hits@10_50", "num_queries")}
 
 
+PIECES = "pieces.json"  # per archived cell: the machine, code and last step of each piece
+PIECE = "paper_inductive_piece.json"  # in the store: this piece's machine and code (``run``)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+
+
+def piece(storage: Path) -> dict:
+    """The machine and code of the piece that ran in ``storage`` (written by ``run``; else
+    this checkout's)."""
+    path = storage / PIECE
+    if path.is_file():
+        return json.loads(path.read_text())
+    return {"cpu": cpu_model(), "commit": git_commit("--short=12", mark_dirty=True)}
+
+
 def save(
     storage: Path, archive: Path = ARCHIVE, runs: list[str] | None = None
 ) -> dict[str, list[str]]:
@@ -173,12 +190,17 @@ def save(
                 shutil.copy2(run / f, stage / f)
             facts = facts_filter_metrics(run, storage)
             (stage / "facts.json").write_text(json.dumps(facts, indent=1) + "\n")
-            state = "finished"
+            state, step = "finished", json.loads((run / "results.json").read_text())["step"]
         else:
-            if _copy_checkpoints(run, stage / "checkpoints") <= _step(dst):
+            step = _copy_checkpoints(run, stage / "checkpoints")
+            if step <= _step(dst):
                 shutil.rmtree(stage)
                 continue
             state = "in progress"
+        # which machine and code ran the cell up to this step (a cell may run in pieces)
+        pieces = json.loads((dst / PIECES).read_text()) if (dst / PIECES).is_file() else []
+        pieces.append({**piece(storage), "until_step": step, "saved_utc": _now()})
+        (stage / PIECES).write_text(json.dumps(pieces, indent=1) + "\n")
         shutil.rmtree(dst, ignore_errors=True)
         stage.rename(dst)
         saved[state].append(name)
@@ -195,8 +217,10 @@ def archived(archive: Path = ARCHIVE) -> tuple[list[dict], list[str]]:
             todo.append(name + (f" (step {step})" if step >= 0 else ""))
             continue
         res = json.loads((cell / "results.json").read_text())
+        pieces = json.loads((cell / PIECES).read_text()) if (cell / PIECES).is_file() else []
         done.append({"split": split, "variant": variant, "seed": seed, "run": name,
-                     "test": res["test"], "wall_s": res.get("wall_s"),
+                     "cpus": sorted({p["cpu"] for p in pieces}),
+                     "test": res["test"],
                      "facts": json.loads((cell / "facts.json").read_text())})  # fmt: skip
     return done, todo
 
@@ -258,13 +282,12 @@ def to_markdown(rows: list[dict], todo: list[str], load: str) -> str:
     head = (
         "| split | variant | seed | hits@10_50 (our / paper's filter) | MRR (our / paper's filter)"
     )
-    lines += ["", "Per cell:", "", head + " | wall s | cell |", "|---|---|---|---|---|---|---|"]
+    lines += ["", "Per cell:", "", head + " | ran on | cell |", "|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (ORDER.index(r["split"]), r["variant"], r["seed"])):
-        wall = f"{r['wall_s']:.0f}" if r["wall_s"] else ""
         lines.append(
             f"| {r['split']} | {r['variant']} | {r['seed']} | {r['test']['hits@10_50']:.3f} / "
             f"{r['facts']['hits@10_50']:.3f} | {r['test']['mrr']:.3f} / {r['facts']['mrr']:.3f} "
-            f"| {wall} | `{r['run']}` |"
+            f"| {' + '.join(r['cpus'])} | `{r['run']}` |"
         )
     if todo:
         lines += ["", f"Not finished yet ({len(todo)} cells): " + ", ".join(todo)]
@@ -297,6 +320,10 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(" ".join(sweep_command(n, storage)) for n in SWEEPS))
             return 0
         print(f"restored: {restore(storage) or 'nothing'}", flush=True)
+        storage.mkdir(parents=True, exist_ok=True)
+        this = {"cpu": cpu_model(), "commit": git_commit("--short=12", mark_dirty=True),
+                "started_utc": _now()}  # fmt: skip
+        write_atomic(storage / PIECE, json.dumps(this, indent=1))
         for name in SWEEPS:
             subprocess.run(sweep_command(name, storage), check=True)
         return 0

@@ -44,15 +44,27 @@ def _metrics(result: dict) -> dict:
     }
 
 
+def trained(cmd: list[str], storage: str) -> dict:
+    """The run's results: its ``results.json`` when an earlier call of this script in the same
+    ``--storage`` finished it (runs are deterministic), else trained now."""
+    name = next(a.split("=", 1)[1] for a in cmd if a.startswith("run_name="))
+    done = Path(storage) / "runs" / name / "results.json"
+    if done.is_file():
+        return json.loads(done.read_text())
+    return last_json(cmd)[0]
+
+
 def one_seed(preset: str, seed: int, args: argparse.Namespace) -> dict:
     """Train dense and pruned, then evaluate the pruned checkpoint at every test ratio."""
-    dense = last_json(command(preset, "dense", seed, args.epochs, args.storage))
-    pruned = last_json(command(preset, args.ratio, seed, args.epochs, args.storage))
+    dense = trained(command(preset, "dense", seed, args.epochs, args.storage), args.storage)
+    pruned = trained(command(preset, args.ratio, seed, args.epochs, args.storage), args.storage)
     evals, cmds = {}, []
-    for t in args.test_ratios:
+    # the training ratio last: each evaluation leaves its rankings in the run folder, and
+    # pruned_gap.py / pruned_unvisited.py read the run's own (training ratio) ones
+    for t in sorted(args.test_ratios, key=lambda t: t == args.ratio):
         cmd = [sys.executable, "-m", "cmpnn_dist.evaluate", f"ckpt={pruned['run_dir']}",
                f"storage_root={args.storage}", f"model.prune.test_node_ratio={t}"]  # fmt: skip
-        evals[t] = _metrics(last_json(cmd))
+        evals[t] = _metrics(last_json(cmd)[0])
         cmds.append(" ".join(cmd[1:]))
     own = _metrics(pruned)
     return {

@@ -53,7 +53,11 @@ def test_a_killed_run_travels_through_the_archive_and_resumes_bit_identical(tmp_
     # finished: results, the log and the paper's-filter metrics replace the checkpoints
     assert save(fresh, archive, runs=["tiny"]) == {"finished": ["tiny"], "in progress": []}
     cell = archive / "tiny"
-    assert sorted(p.name for p in cell.iterdir()) == ["facts.json", "metrics.csv", "results.json"]
+    files = sorted(p.name for p in cell.iterdir())
+    assert files == ["facts.json", "metrics.csv", "pieces.json", "results.json"]
+    pieces = json.loads((cell / "pieces.json").read_text())  # where each piece ran, to which step
+    assert [p["until_step"] for p in pieces] == [10, done["step"]]
+    assert all(p["cpu"] and p["commit"] for p in pieces)
     facts = json.loads((cell / "facts.json").read_text())
     # a transductive graph is filtered with every fact under either filter: the re-scored best
     # weights give the run's own test figures
