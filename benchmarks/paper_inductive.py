@@ -257,6 +257,10 @@ def to_markdown(rows: list[dict], todo: list[str], load: str) -> str:
         "`InductiveKnowledgeGraphCompletion.target`); mean +- sample std over seeds",
         "- the paper: Table 1 (inductive-table-cmpnn), row sum / MSG 1 / f(t) = t; NBFNet: "
         "Zhu et al., NeurIPS 2021, inductive relation prediction table (Hits@10 of 50)",
+        "- `ran on`: the CPU of each piece of the cell (`paper_inductive_runs/<cell>/pieces.json`)"
+        "; float-level differences between CPUs move one 20-epoch cell about as much as a "
+        "change of seed does (`accuracy_commits_fb237_ind_v1.md`), so a cell is one draw, and "
+        "the seeds' spread is the error bar",
         "",
         "| split | seeds | ours, our filter | ours, paper's filter | test MRR | the paper "
         "| NBFNet (published) | + prior, our filter | + prior, paper's filter |",
