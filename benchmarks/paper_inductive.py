@@ -15,11 +15,12 @@ different machines: the cells travel in git, in ``benchmarks/results/paper_induc
 earlier step), then runs the three sweeps in order; a stopped sweep resumes its unfinished
 cells from their newest checkpoint, never from step 0, and skips the finished ones (printed
 as they run: ``--print``). ``save`` copies into the archive, for each finished cell, its
-``results.json`` and ``metrics.csv`` plus its best weights' test metrics under the paper's
-filter (``eval.filter=facts``, scored once, in this process); for each unfinished cell, its
-newest valid checkpoint and ``best``, so the next ``run`` continues it; then it writes the
-table. ``table`` writes ``benchmarks/results/paper_inductive_cpu.{md,json}`` from the archive
-alone (unfinished cells are listed).
+``results.json`` and the validation rows of its ``metrics.csv`` plus its best weights' test
+metrics under the paper's filter (``eval.filter=facts``, scored once, in this process); for
+each unfinished cell, its newest valid checkpoint (model, optimizer, sampler, RNG and the best
+weights so far), so the next ``run`` continues it; then it writes the table. ``table``
+writes ``benchmarks/results/paper_inductive_cpu.{md,json}`` from the archive alone
+(unfinished cells are listed).
 """
 
 from __future__ import annotations
@@ -116,10 +117,15 @@ def restore(storage: Path, archive: Path = ARCHIVE, runs: list[str] | None = Non
     return restored
 
 
-def _copy_checkpoints(run: Path, dst: Path, tries: int = 5) -> int:
-    """Copy a run's newest valid checkpoint and its ``best`` into ``dst``; returns the step
-    (-1: none). The run may be training beside this and prune or replace both meanwhile, so
-    every copy is checked against its manifest's sha256 sums and retried when it is torn."""
+def _copy_checkpoint(run: Path, dst: Path, tries: int = 5) -> int:
+    """Copy a run's newest valid checkpoint into ``dst``; returns its step (-1: none).
+
+    That one checkpoint is all a resumed run needs: it holds the model, the optimizer, the
+    sampler and RNG states and the best weights so far with their validation figures (the
+    trainer's ``state()``), from which the resumed run tests.  ``checkpoints/best``, the
+    published copy, is left behind (it doubles the size); the resumed run publishes its own.
+    The run may be training beside this and prune its checkpoints meanwhile, so the copy is
+    checked against its manifest's sha256 sums and retried when it is torn."""
     from cmpnn_dist.training.checkpoint import CheckpointError, read_manifest
     from cmpnn_dist.training.checkpoint_store import CheckpointStore
 
@@ -130,14 +136,17 @@ def _copy_checkpoints(run: Path, dst: Path, tries: int = 5) -> int:
             return -1
         try:
             shutil.copytree(found.path, dst / found.path.name)
-            if (run / "checkpoints" / "best").is_dir():
-                shutil.copytree(run / "checkpoints" / "best", dst / "best")
-                read_manifest(dst / "best", verify_checksums=True)
             read_manifest(dst / found.path.name, verify_checksums=True)
             return found.step
         except (OSError, CheckpointError):
             time.sleep(1.0)
     raise RuntimeError(f"{run}: its checkpoints kept changing while they were copied")
+
+
+def _epoch_rows(src: Path, dst: Path) -> None:
+    """``metrics.csv`` without its per-step training rows: the validation and test rows."""
+    lines = src.read_text().splitlines(keepends=True)
+    dst.write_text("".join([lines[0], *(x for x in lines[1:] if not x.startswith("train,"))]))
 
 
 def facts_filter_metrics(run: Path, storage: Path) -> dict:
@@ -176,7 +185,7 @@ def save(
     storage: Path, archive: Path = ARCHIVE, runs: list[str] | None = None
 ) -> dict[str, list[str]]:
     """Archive every finished run (results, facts-filter metrics) and every unfinished run's
-    newest valid checkpoint with ``best``; returns the runs saved in each state."""
+    newest valid checkpoint; returns the runs saved in each state."""
     saved: dict[str, list[str]] = {"finished": [], "in progress": []}
     for name in runs or run_names():
         run, dst = storage / "runs" / name, archive / name
@@ -186,13 +195,13 @@ def save(
         shutil.rmtree(stage, ignore_errors=True)
         stage.mkdir(parents=True)
         if (run / "results.json").is_file():
-            for f in ("results.json", "metrics.csv"):
-                shutil.copy2(run / f, stage / f)
+            shutil.copy2(run / "results.json", stage / "results.json")
+            _epoch_rows(run / "metrics.csv", stage / "metrics.csv")
             facts = facts_filter_metrics(run, storage)
             (stage / "facts.json").write_text(json.dumps(facts, indent=1) + "\n")
             state, step = "finished", json.loads((run / "results.json").read_text())["step"]
         else:
-            step = _copy_checkpoints(run, stage / "checkpoints")
+            step = _copy_checkpoint(run, stage / "checkpoints")
             if step <= _step(dst):
                 shutil.rmtree(stage)
                 continue

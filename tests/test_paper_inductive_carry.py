@@ -18,9 +18,11 @@ from paper_inductive import restore, run_names, save  # noqa: E402
 
 
 def _best_weights(run: Path) -> dict[str, torch.Tensor]:
+    """The best weights the run's newest checkpoint holds (what evaluate / predict load)."""
     from cmpnn_dist.training.checkpoint import load_checkpoint
+    from cmpnn_dist.training.checkpoint_store import CheckpointStore
 
-    return load_checkpoint(run / "checkpoints" / "best")["model"]
+    return load_checkpoint(CheckpointStore(run).find_latest().path)["best"]["state"]
 
 
 def test_a_killed_run_travels_through_the_archive_and_resumes_bit_identical(tmp_path):
@@ -33,7 +35,7 @@ def test_a_killed_run_travels_through_the_archive_and_resumes_bit_identical(tmp_
     archive = tmp_path / "archive"
     assert save(killed, archive, runs=["tiny"]) == {"finished": [], "in progress": ["tiny"]}
     kept = sorted(p.name for p in (archive / "tiny" / "checkpoints").iterdir())
-    assert "step_00000010" in kept and set(kept) <= {"best", "step_00000010"}
+    assert kept == ["step_00000010"]  # the newest checkpoint holds the best weights so far
     # nothing newer to save: the archive is left as it is
     assert save(killed, archive, runs=["tiny"]) == {"finished": [], "in progress": []}
 
