@@ -93,7 +93,8 @@ def to_markdown(rows: list[dict], ratios: list[str]) -> str:
     lines = [
         "# Pruned training, wider evaluation (GraIL inductive v1 splits)",
         "",
-        f"`python benchmarks/pruned_test_budget.py`: trained at node_ratio {r0['ratio']} "
+        f"`python benchmarks/pruned_test_budget.py {' '.join(sys.argv[1:])}`: trained at "
+        f"node_ratio {r0['ratio']} "
         f"({r0['variant']}), {r0['epochs']} epochs (the presets train 20: a **reduced "
         "budget**), the dense model trained the same way in the same script run; the pruned "
         "checkpoint re-evaluated at each test node ratio. Test Hits@10 against 50 negatives "
