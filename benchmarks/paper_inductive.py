@@ -177,8 +177,9 @@ def piece(storage: Path) -> dict:
     this checkout's)."""
     path = storage / PIECE
     if path.is_file():
-        return json.loads(path.read_text())
-    return {"cpu": cpu_model(), "commit": git_commit("--short=12", mark_dirty=True)}
+        return {**json.loads(path.read_text()), "store": str(storage)}
+    return {"cpu": cpu_model(), "commit": git_commit("--short=12", mark_dirty=True),
+            "store": str(storage)}  # fmt: skip
 
 
 def save(
@@ -208,7 +209,12 @@ def save(
             state = "in progress"
         # which machine and code ran the cell up to this step (a cell may run in pieces)
         pieces = json.loads((dst / PIECES).read_text()) if (dst / PIECES).is_file() else []
-        pieces.append({**piece(storage), "until_step": step, "saved_utc": _now()})
+        this = {**piece(storage), "until_step": step, "saved_utc": _now()}
+        same = ("cpu", "commit", "started_utc", "store")
+        if pieces and all(pieces[-1].get(k) == this.get(k) for k in same):
+            pieces[-1] = this  # saved again during the same piece
+        else:
+            pieces.append(this)
         (stage / PIECES).write_text(json.dumps(pieces, indent=1) + "\n")
         shutil.rmtree(dst, ignore_errors=True)
         stage.rename(dst)
