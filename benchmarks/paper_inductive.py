@@ -13,14 +13,14 @@ different machines: the cells travel in git, in ``benchmarks/results/paper_induc
 
 ``run`` first restores the archive into ``STORE`` (a cell the store lacks, or holds at an
 earlier step), then runs the three sweeps in order; a stopped sweep resumes its unfinished
-cells from their newest checkpoint, never from step 0, and skips the finished ones (printed
-as they run: ``--print``). ``save`` copies into the archive, for each finished cell, its
-``results.json`` and the validation rows of its ``metrics.csv`` plus its best weights' test
+cells from their newest checkpoint, never from step 0, and skips the finished ones (``run
+--print`` prints the three commands). ``save`` copies into the archive, for each finished cell,
+its ``results.json`` and the validation rows of its ``metrics.csv`` plus its best weights' test
 metrics under the paper's filter (``eval.filter=facts``, scored once, in this process); for
 each unfinished cell, its newest valid checkpoint (model, optimizer, sampler, RNG and the best
-weights so far), so the next ``run`` continues it; then it writes the table. ``table``
-writes ``benchmarks/results/paper_inductive_cpu.{md,json}`` from the archive alone
-(unfinished cells are listed).
+weights so far), so the next ``run`` continues it; then it writes the table. ``table`` writes
+``benchmarks/results/paper_inductive_cpu.{md,json}`` from the archive alone (unfinished cells
+are listed).
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from provenance import cpu_model, git_commit, write_atomic  # noqa: E402
 
 ARCHIVE = HERE / "results" / "paper_inductive_runs"
 ORDER = [f"{d}_ind_v{i}" for d in ("fb237", "wn18rr") for i in range(1, 5)]
-# the sweeps' split order: cheapest first (one core: 10 min, 16 min, 35 min, 37 min, 1.6 h,
-# 2.2 h, 3.0 h, 6.9 h), so every piece of a few hours finishes cells
+# the sweeps' split order: cheapest first (the presets' times in docs/configs.md), so a short
+# piece still finishes cells
 BY_COST = ["fb237_ind_v1", "wn18rr_ind_v1", "fb237_ind_v2", "wn18rr_ind_v4",
            "fb237_ind_v3", "wn18rr_ind_v2", "fb237_ind_v4", "wn18rr_ind_v3"]  # fmt: skip
 # name -> (variant, fixed overrides, splits, seeds)
@@ -55,14 +55,19 @@ SWEEPS: dict[str, tuple[str, list[str], list[str], list[int]]] = {
 }
 
 
-def sweep_command(name: str, storage: Path) -> list[str]:
-    """The product's command line for sweep ``name``."""
+def sweep_overrides(name: str, storage: Path) -> list[str]:
+    """The overrides of sweep ``name`` (its axes: ``data`` and ``train.seed``)."""
     _, fixed, splits, seeds = SWEEPS[name]
     return [
-        sys.executable, "-m", "cmpnn_dist.train", "-m", "conf=fb237_ind_v1", *fixed,
-        "data=" + ",".join(splits), "train.seed=" + ",".join(map(str, seeds)),
-        "cluster.cpus_per_worker=1", f"sweep_name={name}", f"storage_root={storage}",
+        "conf=fb237_ind_v1", *fixed, "data=" + ",".join(splits),
+        "train.seed=" + ",".join(map(str, seeds)), "cluster.cpus_per_worker=1",
+        f"sweep_name={name}", f"storage_root={storage}",
     ]  # fmt: skip
+
+
+def sweep_command(name: str, storage: Path) -> list[str]:
+    """The product's command line for sweep ``name``."""
+    return [sys.executable, "-m", "cmpnn_dist.train", "-m", *sweep_overrides(name, storage)]
 
 
 def cells() -> Iterator[tuple[str, str, str, int]]:
@@ -71,7 +76,7 @@ def cells() -> Iterator[tuple[str, str, str, int]]:
     from cmpnn_dist.sweep import expand
 
     for name, (variant, _, _, seeds) in SWEEPS.items():
-        _, grid = expand(sweep_command(name, Path("STORE"))[4:])
+        _, grid = expand(sweep_overrides(name, Path("STORE")))
         for cell in grid:
             over = dict(o.split("=", 1) for o in cell.overrides)
             yield (
@@ -172,6 +177,11 @@ def _now() -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
 
 
+def _pieces(cell: Path) -> list[dict]:
+    """An archived cell's ``pieces.json`` ([] before its first save)."""
+    return json.loads((cell / PIECES).read_text()) if (cell / PIECES).is_file() else []
+
+
 def piece(storage: Path) -> dict:
     """The machine and code of the piece that ran in ``storage`` (written by ``run``; else
     this checkout's)."""
@@ -208,7 +218,7 @@ def save(
                 continue
             state = "in progress"
         # which machine and code ran the cell up to this step (a cell may run in pieces)
-        pieces = json.loads((dst / PIECES).read_text()) if (dst / PIECES).is_file() else []
+        pieces = _pieces(dst)
         this = {**piece(storage), "until_step": step, "saved_utc": _now()}
         same = ("cpu", "commit", "started_utc", "store")
         if pieces and all(pieces[-1].get(k) == this.get(k) for k in same):
@@ -232,9 +242,8 @@ def archived(archive: Path = ARCHIVE) -> tuple[list[dict], list[str]]:
             todo.append(name + (f" (step {step})" if step >= 0 else ""))
             continue
         res = json.loads((cell / "results.json").read_text())
-        pieces = json.loads((cell / PIECES).read_text()) if (cell / PIECES).is_file() else []
         done.append({"split": split, "variant": variant, "seed": seed, "run": name,
-                     "cpus": sorted({p["cpu"] for p in pieces}),
+                     "cpus": sorted({p["cpu"] for p in _pieces(cell)}),
                      "test": res["test"],
                      "facts": json.loads((cell / "facts.json").read_text())})  # fmt: skip
     return done, todo
