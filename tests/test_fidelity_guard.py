@@ -1,16 +1,20 @@
 """The paper's accuracy, guarded: a change that costs accuracy fails CI.
 
-One full-budget ``conf=fb237_ind_v1`` run (the paper's basic C-MPNN, 20 epochs, seed 0, one
-torch thread: the command of ``benchmarks/accuracy_commits.py``) must land inside the band the
-recorded runs set (``benchmarks/results/accuracy_commits_fb237_ind_v1.json``): the mean of
-today's code's seeds (the file's second commit) +- 3 sample standard deviations of every run
-in the file, both commits pooled, since that comparison found no difference between them.
-That spread is the one a single run shows: float-level differences (another CPU, another
-kernel path) move one 20-epoch run as much as a change of seed does.  Checked for test MRR
-and for test Hits@10 of 50 under the paper's rule (its spread taken under ``n_negatives``, the
-rule every recorded run has; the two differ by < 0.002 on these runs).  One run cannot tell a
-small loss from chance (that is what the multi-seed comparison is for); the band catches a
-change that moves the model outside that spread.
+Two full-budget ``conf=fb237_ind_v1`` runs (the paper's basic C-MPNN, 20 epochs, seeds 0 and 1,
+one torch thread each, side by side on two cores: the command of
+``benchmarks/accuracy_commits.py``) must average inside the band the recorded runs set
+(``benchmarks/results/accuracy_commits_fb237_ind_v1.json``): the mean of today's code's seeds
+(the file's second commit) +- 3 sample standard deviations of every run in the file, both
+commits pooled, since that comparison found no difference between them.  That is the spread a
+single run shows: float-level differences (another CPU, another kernel path) move one 20-epoch
+run as much as a change of seed does (seed 0 gave test MRR 0.246 on the machine of the record,
+0.225 on an AMD EPYC VM and 0.182 on a CI machine).  The guard averages two seeds, whose mean
+varies sqrt(2) less than one run, so the band sits about 4 of the mean's deviations from its
+centre: a false alarm is rare.  The band's lower edges are test MRR 0.183 and Hits@10_50 0.737,
+where today's seeds average 0.286 and 0.809: a model that learned little fails.  Checked for
+test MRR and for test Hits@10 of 50 under the paper's rule (its spread taken under
+``n_negatives``, the rule every recorded run has; the two differ by < 0.002 on these runs).
+Smaller losses are what the multi-seed comparison is for.
 """
 
 from __future__ import annotations
@@ -53,23 +57,38 @@ def test_the_band_is_narrow_enough_to_mean_something():
     assert 0.5 < low < high <= 1.0
 
 
+SEEDS = (0, 1)
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(3600)  # 20 epochs at one thread: ~10 min alone on 2 cores, more when loaded
+@pytest.mark.timeout(3600)  # 20 epochs at one thread, two seeds side by side: 10-18 min on 2 cores
 def test_fb237_ind_v1_full_budget_lands_inside_the_seed_band(tmp_path):
     data = require_shared_data() / "inductive" / "fb237_v1"
     assert data.is_dir(), data
-    cmd = [sys.executable, "-m", "cmpnn_dist.train", "conf=fb237_ind_v1", "train.seed=0",
-           "run_name=guard", "train.progress=false", f"storage_root={tmp_path}",
-           f"data_root={data.parents[1]}"]  # fmt: skip
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=3000)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    test = json.loads(proc.stdout.strip().splitlines()[-1])["test"]
-    assert test["hits_negatives_rule"] == "paper"
+    runs = {}
+    for seed in SEEDS:
+        cmd = [sys.executable, "-m", "cmpnn_dist.train", "conf=fb237_ind_v1", f"train.seed={seed}",
+               f"run_name=guard_{seed}", "train.progress=false", f"storage_root={tmp_path}",
+               f"data_root={data.parents[1]}"]  # fmt: skip
+        out = (tmp_path / f"seed{seed}.out").open("w")
+        err = (tmp_path / f"seed{seed}.err").open("w")
+        runs[seed] = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=out, stderr=err)
+    tests = {}
+    for seed, proc in runs.items():
+        assert proc.wait(timeout=3000) == 0, (tmp_path / f"seed{seed}.err").read_text()[-3000:]
+        lines = (tmp_path / f"seed{seed}.out").read_text().strip().splitlines()
+        tests[seed] = json.loads(lines[-1])["test"]
+        assert tests[seed]["hits_negatives_rule"] == "paper"
+    report, outside = [], []
     for ours, recorded in (("mrr", "mrr"), ("hits@10_50", "hits@10_50_paper")):
         low, high, values = band(recorded)
-        assert low <= test[ours] <= high, (
-            f"test {ours} {test[ours]:.4f} outside [{low:.4f}, {high:.4f}], the band of the "
-            f"seeds {[round(v, 4) for v in values]} ({RESULTS.name})"
+        mean = statistics.mean(test[ours] for test in tests.values())
+        runs_text = ", ".join(f"seed {seed} {test[ours]:.4f}" for seed, test in tests.items())
+        report.append(
+            f"test {ours} {mean:.4f} ({runs_text}), band [{low:.4f}, {high:.4f}] from the "
+            f"seeds {[round(v, 4) for v in values]}"
         )
+        if not low <= mean <= high:
+            outside.append(ours)
+    assert not outside, f"{outside} outside the band ({RESULTS.name}): " + "; ".join(report)
