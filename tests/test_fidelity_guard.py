@@ -75,11 +75,17 @@ def test_fb237_ind_v1_full_budget_lands_inside_the_seed_band(tmp_path):
         err = (tmp_path / f"seed{seed}.err").open("w")
         runs[seed] = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=out, stderr=err)
     tests = {}
-    for seed, proc in runs.items():
-        assert proc.wait(timeout=3000) == 0, (tmp_path / f"seed{seed}.err").read_text()[-3000:]
-        lines = (tmp_path / f"seed{seed}.out").read_text().strip().splitlines()
-        tests[seed] = json.loads(lines[-1])["test"]
-        assert tests[seed]["hits_negatives_rule"] == "paper"
+    try:
+        for seed, proc in runs.items():
+            err = (tmp_path / f"seed{seed}.err").read_text
+            assert proc.wait(timeout=3000) == 0, err()[-3000:]
+            lines = (tmp_path / f"seed{seed}.out").read_text().strip().splitlines()
+            tests[seed] = json.loads(lines[-1])["test"]
+            assert tests[seed]["hits_negatives_rule"] == "paper"
+    finally:  # a failed or timed-out run does not leave the other one training
+        for proc in runs.values():
+            proc.kill()
+            proc.wait()
     report, outside = [], []
     for ours, recorded in (("mrr", "mrr"), ("hits@10_50", "hits@10_50_paper")):
         low, high, values = band(recorded)
