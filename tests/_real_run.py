@@ -10,6 +10,7 @@ root and once with a ``file://`` URI root.
 
 from __future__ import annotations
 
+import csv
 import os
 import subprocess
 import sys
@@ -45,6 +46,13 @@ def train_tiny(storage_root: str, run_name: str = "tiny", extra: list[str] | Non
     argv = [f"storage_root={storage_root}", f"run_name={run_name}", *TINY, *(extra or [])]
     cfg = compose_config("default", argv)
     return train(cfg, argv)
+
+
+def history(run_dir: Path) -> list[dict[str, str]]:
+    """A run folder's ``metrics.csv`` rows without the wall-clock column ``time_s`` (what two
+    runs of the same command must agree on)."""
+    with open(Path(run_dir) / "metrics.csv", newline="") as f:
+        return [{k: v for k, v in row.items() if k != "time_s"} for row in csv.DictReader(f)]
 
 
 def run_files(folder: Path) -> set[str]:

@@ -10,7 +10,6 @@ its descendants, never a process of another Ray cluster on the machine.
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import signal
@@ -27,11 +26,7 @@ from cmpnn_dist.training.checkpoint import load_checkpoint
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 import chaos  # noqa: E402
-
-
-def _rows(run: Path) -> list[dict[str, str]]:
-    with open(run / "metrics.csv", newline="") as f:
-        return [{k: v for k, v in r.items() if k != "time_s"} for r in csv.DictReader(f)]
+from _real_run import history  # noqa: E402
 
 
 def test_victims_are_the_driver_and_its_descendants_only(tmp_path):
@@ -94,8 +89,8 @@ def test_chaos_run_finishes_identical_to_a_straight_run(tmp_path):
     ref, run = work / "straight" / "runs" / "chaos", work / "chaos" / "runs" / "chaos"
     mine, theirs = (json.loads((r / "results.json").read_text()) for r in (run, ref))
     assert mine["valid"] == theirs["valid"] and mine["test"] == theirs["test"]
-    rows = _rows(ref)
-    assert _rows(run) == rows and sum(r["kind"] == "train" for r in rows) == 30
+    rows = history(ref)
+    assert history(run) == rows and sum(r["kind"] == "train" for r in rows) == 30
     for name in ("best", "step_00000030"):
         ours = load_checkpoint(run / "checkpoints" / name)
         reference = load_checkpoint(ref / "checkpoints" / name)

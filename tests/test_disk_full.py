@@ -19,7 +19,6 @@ with the history and the metrics of the straight run.
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import re
@@ -29,7 +28,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _real_run import REPO, TINY
+from _real_run import REPO, TINY, history
 
 STRACE = shutil.which("strace")
 TRACED = "pwrite64,fsync,rename,mkdir,link,linkat"
@@ -90,12 +89,6 @@ def run_cli(root: Path, run: str, cwd: Path, prefix: list[str]):
         [*prefix, *cmd, *ARGS], capture_output=True, text=True, env=env, cwd=cwd,
         timeout=600,
     )  # fmt: skip
-
-
-def history(run_dir: Path) -> list[dict[str, str]]:
-    """metrics.csv without its wall-clock column."""
-    with open(run_dir / "metrics.csv", newline="") as f:
-        return [{k: v for k, v in row.items() if k != "time_s"} for row in csv.DictReader(f)]
 
 
 @pytest.fixture(scope="module")

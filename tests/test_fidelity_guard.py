@@ -71,14 +71,14 @@ def test_fb237_ind_v1_full_budget_lands_inside_the_seed_band(tmp_path):
         cmd = [sys.executable, "-m", "cmpnn_dist.train", "conf=fb237_ind_v1", f"train.seed={seed}",
                f"run_name=guard_{seed}", "train.progress=false", f"storage_root={tmp_path}",
                f"data_root={data.parents[1]}"]  # fmt: skip
-        out = (tmp_path / f"seed{seed}.out").open("w")
-        err = (tmp_path / f"seed{seed}.err").open("w")
-        runs[seed] = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=out, stderr=err)
+        with (tmp_path / f"seed{seed}.out").open("w") as out, \
+                (tmp_path / f"seed{seed}.err").open("w") as err:  # fmt: skip
+            runs[seed] = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=out, stderr=err)
     tests = {}
     try:
         for seed, proc in runs.items():
-            err = (tmp_path / f"seed{seed}.err").read_text
-            assert proc.wait(timeout=3000) == 0, err()[-3000:]
+            code = proc.wait(timeout=3000)
+            assert code == 0, (tmp_path / f"seed{seed}.err").read_text()[-3000:]
             lines = (tmp_path / f"seed{seed}.out").read_text().strip().splitlines()
             tests[seed] = json.loads(lines[-1])["test"]
             assert tests[seed]["hits_negatives_rule"] == "paper"

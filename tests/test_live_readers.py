@@ -20,7 +20,6 @@ checkpoint and ``best`` equal those of a straight run of the same command withou
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import subprocess
@@ -30,6 +29,7 @@ from pathlib import Path
 from subprocess import PIPE
 
 import torch
+from _real_run import history
 
 from cmpnn_dist.training.checkpoint import load_checkpoint, read_manifest
 
@@ -71,11 +71,6 @@ def _wait_for(path: Path, proc: subprocess.Popen) -> None:
     while not path.exists():
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         time.sleep(0.02)
-
-
-def _rows(run: Path) -> list[dict[str, str]]:
-    with open(run / "metrics.csv", newline="") as f:
-        return [{k: v for k, v in r.items() if k != "time_s"} for r in csv.DictReader(f)]
 
 
 def test_readers_in_a_loop_beside_a_run_that_prunes_and_republishes_best(tmp_path):
@@ -137,7 +132,7 @@ def test_readers_in_a_loop_beside_a_run_that_prunes_and_republishes_best(tmp_pat
     mine = json.loads(w_out.strip().splitlines()[-1])
     ref = json.loads(s_out.strip().splitlines()[-1])
     assert mine["valid"] == ref["valid"] and mine["test"] == ref["test"]
-    assert _rows(run) == _rows(ref_run)
+    assert history(run) == history(ref_run)
     names = sorted(p.name for p in (run / "checkpoints").iterdir())
     assert names == sorted(p.name for p in (ref_run / "checkpoints").iterdir())
     assert names == ["best", "step_00000048"]
