@@ -169,7 +169,7 @@ def facts_filter_metrics(run: Path, storage: Path) -> dict:
     return {k: out[k] for k in ("mrr", "hits@10", "hits@10_50", "num_queries")}
 
 
-PIECES = "pieces.json"  # per archived cell: the machine, code and last step of each piece
+PIECES = "pieces.json"  # per archived cell: the machine, code, first and last step of each piece
 PIECE = "paper_inductive_piece.json"  # in the store: this piece's machine and code (``run``)
 
 
@@ -182,14 +182,27 @@ def _pieces(cell: Path) -> list[dict]:
     return json.loads((cell / PIECES).read_text()) if (cell / PIECES).is_file() else []
 
 
-def piece(storage: Path) -> dict:
-    """The machine and code of the piece that ran in ``storage`` (written by ``run``; else
-    this checkout's)."""
+def start_piece(storage: Path, runs: list[str] | None = None) -> None:
+    """Record in ``storage`` the machine and code of the piece starting there, and each
+    cell's step at its start (-1: from scratch), so that ``save`` can say where every piece
+    of a cell began, even when an earlier piece ended without a save."""
+    storage.mkdir(parents=True, exist_ok=True)
+    this = {"cpu": cpu_model(), "commit": git_commit("--short=12", mark_dirty=True),
+            "started_utc": _now(),
+            "from_step": {n: _step(storage / "runs" / n) for n in runs or run_names()}}  # fmt: skip
+    write_atomic(storage / PIECE, json.dumps(this, indent=1))
+
+
+def piece(storage: Path, name: str) -> dict:
+    """The machine and code of the piece that ran cell ``name`` in ``storage``, and the step
+    the cell started that piece from (written by ``run``; else this checkout's, from an
+    unknown step)."""
     path = storage / PIECE
-    if path.is_file():
-        return {**json.loads(path.read_text()), "store": str(storage)}
-    return {"cpu": cpu_model(), "commit": git_commit("--short=12", mark_dirty=True),
-            "store": str(storage)}  # fmt: skip
+    if not path.is_file():
+        return {"cpu": cpu_model(), "commit": git_commit("--short=12", mark_dirty=True),
+                "store": str(storage), "from_step": None}  # fmt: skip
+    this = json.loads(path.read_text())
+    return {**this, "store": str(storage), "from_step": this.get("from_step", {}).get(name)}
 
 
 def save(
@@ -219,7 +232,7 @@ def save(
             state = "in progress"
         # which machine and code ran the cell up to this step (a cell may run in pieces)
         pieces = _pieces(dst)
-        this = {**piece(storage), "until_step": step, "saved_utc": _now()}
+        this = {**piece(storage, name), "until_step": step, "saved_utc": _now()}
         same = ("cpu", "commit", "started_utc", "store")
         if pieces and all(pieces[-1].get(k) == this.get(k) for k in same):
             pieces[-1] = this  # saved again during the same piece
@@ -348,10 +361,7 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(" ".join(sweep_command(n, storage)) for n in SWEEPS))
             return 0
         print(f"restored: {restore(storage) or 'nothing'}", flush=True)
-        storage.mkdir(parents=True, exist_ok=True)
-        this = {"cpu": cpu_model(), "commit": git_commit("--short=12", mark_dirty=True),
-                "started_utc": _now()}  # fmt: skip
-        write_atomic(storage / PIECE, json.dumps(this, indent=1))
+        start_piece(storage)
         for name in SWEEPS:
             subprocess.run(sweep_command(name, storage), check=True)
         return 0

@@ -14,7 +14,7 @@ import torch
 from _real_run import history, interrupt_tiny, train_tiny
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from paper_inductive import restore, run_names, save  # noqa: E402
+from paper_inductive import restore, run_names, save, start_piece  # noqa: E402
 
 
 def _best_weights(run: Path) -> dict[str, torch.Tensor]:
@@ -29,6 +29,7 @@ def test_a_killed_run_travels_through_the_archive_and_resumes_bit_identical(tmp_
     ref = tmp_path / "ref"
     train_tiny(str(ref))
     killed = tmp_path / "machine_a"
+    start_piece(killed, runs=["tiny"])  # what ``run`` records before its sweeps
     proc = interrupt_tiny(tmp_path, str(killed), signal.SIGKILL, 15)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
 
@@ -42,6 +43,7 @@ def test_a_killed_run_travels_through_the_archive_and_resumes_bit_identical(tmp_
     fresh = tmp_path / "machine_b"
     assert restore(fresh, archive, runs=["tiny"]) == ["tiny"]
     assert restore(fresh, archive, runs=["tiny"]) == []  # the store already holds that step
+    start_piece(fresh, runs=["tiny"])
     out = train_tiny(str(fresh))  # the same command, on the other machine
     assert out["resumed_from_step"] == 10  # continued, not started again from step 0
     assert history(fresh / "runs" / "tiny") == history(ref / "runs" / "tiny")
@@ -57,7 +59,7 @@ def test_a_killed_run_travels_through_the_archive_and_resumes_bit_identical(tmp_
     files = sorted(p.name for p in cell.iterdir())
     assert files == ["facts.json", "metrics.csv", "pieces.json", "results.json"]
     pieces = json.loads((cell / "pieces.json").read_text())  # where each piece ran, to which step
-    assert [p["until_step"] for p in pieces] == [10, done["step"]]
+    assert [(p["from_step"], p["until_step"]) for p in pieces] == [(-1, 10), (10, done["step"])]
     assert all(p["cpu"] and p["commit"] for p in pieces)
     facts = json.loads((cell / "facts.json").read_text())
     # a transductive graph is filtered with every fact under either filter: the re-scored best
