@@ -110,6 +110,9 @@ def straight(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(integrity, "SETTLE_NS", -(10**18))  # stamp the files written just now
         open_dataset(path)
+    # the injected runs find ``runs/`` made: so must the straight run, or its mkdir calls
+    # (``runs/<name>`` failing, ``runs``, ``runs/<name>`` again) outnumber theirs by two
+    (root / "runs").mkdir()
     log = base / "straight.strace"
     out = run_cli(root, "straight", base, strace(log))
     assert out.returncode == 0, out.stderr

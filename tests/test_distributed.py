@@ -25,7 +25,6 @@ import pickle
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _ray_head import Head
 
 from cmpnn_dist.config import Config
 from cmpnn_dist.distributed import faults
@@ -373,114 +373,29 @@ def test_retry_budget_exhaustion(ray_local, dataset, tmp_path, monkeypatch) -> N
     assert attempts.count("rank0") == 2 and attempts.count("rank1") == 2
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.timeout(780)
 def test_ray_job_submit_end_to_end(tmp_path) -> None:
-    pytest.importorskip("aiohttp", reason="ray job submit needs ray[default] (the dashboard)")
-    port, dash = _free_port(), _free_port()
-    temp_dir = tempfile.mkdtemp(prefix="rayt", dir="/tmp")  # short: unix socket path limit
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "CMPNN_"))}
     # Ray 2.60 turns token auth on for a head that finds ~/.ray/auth_token; clients only send
     # the token with RAY_AUTH_MODE=token, so say it on both sides (a token is made if missing)
     env["RAY_AUTH_MODE"] = "token"
-    head = subprocess.Popen(
-        [
-            "ray",
-            "start",
-            "--head",
-            "--block",
-            "--num-cpus=2",
-            f"--port={port}",
-            "--include-dashboard=true",
-            "--dashboard-host=127.0.0.1",
-            f"--dashboard-port={dash}",
-            # own agent ports: the module's local Ray (ray_local) may still hold the defaults,
-            # and an agent that cannot bind never registers ("No available agent")
-            f"--dashboard-agent-listen-port={_free_port()}",
-            f"--dashboard-agent-grpc-port={_free_port()}",
-            f"--runtime-env-agent-port={_free_port()}",
-            f"--metrics-export-port={_free_port()}",
-            f"--temp-dir={temp_dir}",
-            "--disable-usage-stats",
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    root = tmp_path / "storage"
+    head = Head(env)
     try:
-        address = f"http://127.0.0.1:{dash}"
-        deadline = time.monotonic() + 120
-        while (
-            subprocess.run(
-                ["ray", "job", "list", "--address", address], env=env, capture_output=True
-            ).returncode
-            != 0
-        ):
-            assert head.poll() is None, "ray start --head exited"
-            assert time.monotonic() < deadline, "the head node's job server did not come up"
-            time.sleep(1)
-        root = tmp_path / "storage"
-        cmd = [
-            "ray",
-            "job",
-            "submit",
-            "--address",
-            address,
-            "--working-dir",
-            str(REPO),
-            "--",
-            "python",
-            "-m",
-            "cmpnn_dist.train",
-            "cluster.num_workers=2",
-            "data.source=synthetic:rule_kg",
-            "data.name=tiny",
-            "+data.synthetic.num_entities=60",
-            f"train.max_steps={MAX_STEPS}",
-            "train.batch_size=4",
-            "train.num_negatives=8",
-            "train.progress=false",
-            "model.num_layers=2",
-            "model.hidden_dim=8",
-            "eval.max_queries=8",
-            f"storage_root={root}",
-            "run_name=submitted",
-            f"checkpoint.every_steps={EVERY}",
-        ]
-        # the job server answers before the node's agent registers, which can take minutes
-        # on a loaded 2-core machine: retry that one answer until a deadline
-        deadline = time.monotonic() + 300
-        while True:
-            done = subprocess.run(
-                cmd, env=env, capture_output=True, text=True, cwd=REPO, timeout=400
-            )
-            output = done.stdout + done.stderr
-            if done.returncode == 0 or "No available agent" not in output:
-                break
-            assert head.poll() is None, "ray start --head exited"
-            assert time.monotonic() < deadline, "no job agent registered in 300 s"
-            time.sleep(5)
-        assert done.returncode == 0, output[-5000:]
-        lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{") and "run_dir" in ln]
-        assert lines, output[-5000:]
-        summary = json.loads(lines[-1])
-        assert summary["run_dir"] == str(root.resolve() / "runs" / "submitted")
-        assert set(summary["test"]) >= {"mrr", "hits@10"}
-        assert final_state(summary["run_dir"])["step"] == MAX_STEPS
+        done = head.submit(
+            ["cluster.num_workers=2", "data.source=synthetic:rule_kg", "data.name=tiny",
+             "+data.synthetic.num_entities=60", f"train.max_steps={MAX_STEPS}",
+             "train.batch_size=4", "train.num_negatives=8", "train.progress=false",
+             "model.num_layers=2", "model.hidden_dim=8", "eval.max_queries=8",
+             f"storage_root={root}", "run_name=submitted", f"checkpoint.every_steps={EVERY}"]
+        )  # fmt: skip
     finally:
-        try:
-            os.killpg(head.pid, signal.SIGTERM)
-            head.wait(timeout=30)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            pass
-        try:  # whatever of the head's process group is still there
-            os.killpg(head.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        head.kill()
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-5000:]
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{") and "run_dir" in ln]
+    assert lines, output[-5000:]
+    summary = json.loads(lines[-1])
+    assert summary["run_dir"] == str(root.resolve() / "runs" / "submitted")
+    assert set(summary["test"]) >= {"mrr", "hits@10"}
+    assert final_state(summary["run_dir"])["step"] == MAX_STEPS

@@ -13,13 +13,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -29,10 +24,10 @@ from cmpnn_dist.training.checkpoint import MANIFEST, load_checkpoint
 from cmpnn_dist.training.checkpoint_store import CheckpointStore
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _ray_head import Head, wait_for  # noqa: E402
 from test_distributed import (  # noqa: E402
     EVERY,
     MAX_STEPS,
-    _free_port,
     final_state,
     make_cfg,
     train_steps,
@@ -45,91 +40,6 @@ pytestmark = pytest.mark.slow
 
 def valid_steps(run: Path) -> list[int]:
     return [s for s, uri in CheckpointStore(run).candidates() if (Path(uri) / MANIFEST).is_file()]
-
-
-def wait_for(predicate, timeout: float, what: str, alive=None) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if alive is not None:
-            alive()
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
-
-
-class Head:
-    """``ray start --head --block`` in its own process group, with a job server."""
-
-    def __init__(self, env: dict) -> None:
-        self.env = env
-        self.dash = _free_port()
-        self.temp_dir = tempfile.mkdtemp(prefix="rayc", dir="/tmp")  # short: socket paths
-        self.proc = subprocess.Popen(
-            [
-                "ray",
-                "start",
-                "--head",
-                "--block",
-                "--num-cpus=2",
-                f"--port={_free_port()}",
-                "--include-dashboard=true",
-                "--dashboard-host=127.0.0.1",
-                f"--dashboard-port={self.dash}",
-                f"--dashboard-agent-listen-port={_free_port()}",
-                f"--dashboard-agent-grpc-port={_free_port()}",
-                f"--runtime-env-agent-port={_free_port()}",
-                f"--metrics-export-port={_free_port()}",
-                f"--temp-dir={self.temp_dir}",
-                "--disable-usage-stats",
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        self.address = f"http://127.0.0.1:{self.dash}"
-        wait_for(
-            lambda: (
-                subprocess.run(
-                    ["ray", "job", "list", "--address", self.address], env=env, capture_output=True
-                ).returncode
-                == 0
-            ),
-            120,
-            "the head node's job server",
-            alive=self.check,
-        )
-
-    def check(self) -> None:
-        assert self.proc.poll() is None, "ray start --head exited"
-
-    def submit(self, args: list[str], *, no_wait: bool = False, env_vars: dict | None = None):
-        cmd = ["ray", "job", "submit", "--address", self.address, "--working-dir", str(REPO)]
-        if no_wait:
-            cmd.append("--no-wait")
-        if env_vars:
-            cmd += ["--runtime-env-json", json.dumps({"env_vars": env_vars})]
-        cmd += ["--", "python", "-m", "cmpnn_dist.train", *args]
-        deadline = time.monotonic() + 300
-        while True:  # the job server answers before the node's agent registers
-            done = subprocess.run(
-                cmd, env=self.env, capture_output=True, text=True, cwd=REPO, timeout=500
-            )
-            output = done.stdout + done.stderr
-            if done.returncode == 0 or "No available agent" not in output:
-                return done
-            self.check()
-            assert time.monotonic() < deadline, "no job agent registered in 300 s"
-            time.sleep(5)
-
-    def kill(self) -> None:
-        """The whole cluster goes away: head, raylet, job driver and workers."""
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(self.proc.pid, sig)
-                self.proc.wait(timeout=30)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                pass
-        shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
 JOB_ARGS = [

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _ray_head import free_port
 from conftest import running_in_ci
 
 from cmpnn_dist.cli import run_cli
@@ -65,12 +66,6 @@ def _write_graph(folder: Path) -> None:
         (folder / f"{split}.txt").write_text("".join(lines))
     typ = "".join(f"{n}\t{types[t]}\n" for n, t in zip(names, g.node_types.tolist(), strict=True))
     (folder / "types.tsv").write_text(typ)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env() -> dict[str, str]:
@@ -118,7 +113,7 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server(run_dir, tmp_path_factory):
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("serve_log") / "server.log"
     cmd = [
         sys.executable,

@@ -9,12 +9,11 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from test_distributed import _free_port
+from _ray_head import Head
 
 from cmpnn_dist.paper import SPLITS, paper_value, peer_values
 from cmpnn_dist.sweep import expand, report, summarize, write_results_csv
@@ -108,17 +107,13 @@ def test_sweep_cli_errors_are_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_sweep_on_a_ray_cluster_survives_a_kill_and_restart(tmp_path):
-    """2 x 2 sweep submitted to a real `ray start --head` cluster; the driver is killed once the
+    """2 x 2 sweep driven on a real `ray start --head` cluster; the driver is killed once the
     first cell has finished; the same command again ends with all four cells, each once."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "CMPNN_"))}
     # Ray 2.60 turns token auth on for a head that finds ~/.ray/auth_token; say it on both sides
     env |= {"RAY_AUTH_MODE": "token", "OMP_NUM_THREADS": "1"}
-    port = str(_free_port())
-    temp_dir = tempfile.mkdtemp(prefix="rays", dir="/tmp")  # short: unix socket path limit
-    head = ["ray", "start", "--head", f"--port={port}", "--num-cpus=2", f"--temp-dir={temp_dir}",
-            "--include-dashboard=false", "--disable-usage-stats"]  # fmt: skip
-    subprocess.run(head, check=True, env=env, capture_output=True)
-    env["RAY_ADDRESS"] = f"127.0.0.1:{port}"
+    head = Head(env)  # its own cluster: stopping it leaves any other Ray on the machine alone
+    env["RAY_ADDRESS"] = head.gcs_address
     storage = tmp_path / "storage"
     cmd = [sys.executable, "-m", "cmpnn_dist.train", "-m", "sweep_name=s",
            "model.aggregate=sum,pna", "train.seed=0,1", "train.max_steps=30",
@@ -161,4 +156,4 @@ def test_sweep_on_a_ray_cluster_survives_a_kill_and_restart(tmp_path):
         assert "eval.hits_negatives_rule=paper (" in report.stdout  # the cells' own label
         assert (storage / "sweeps" / "s" / "report.md").is_file()
     finally:
-        subprocess.run(["ray", "stop", "--force"], env=env, capture_output=True)
+        head.kill()

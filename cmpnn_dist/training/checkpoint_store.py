@@ -293,7 +293,7 @@ class CheckpointStore:
             if self.remote:
                 _upload(Path(local), tmp)
             else:
-                shutil.copytree(local, tmp, copy_function=_link_or_copy)
+                _link_tree(local, tmp)
         except BaseException:  # a failed staging (disk full...) leaves no half copy behind
             fs.delete_dir(tmp)
             raise
@@ -403,6 +403,20 @@ def _drill_pause() -> None:
     delay = os.environ.get(ENV_BEST_DELAY)
     if delay:
         time.sleep(float(delay))
+
+
+def _link_tree(src: str, dst: str) -> None:
+    """``dst`` as a copy of the folder ``src``, each file hard-linked where it can be.
+
+    Not ``shutil.copytree``: that gathers its copies' failures into one ``shutil.Error``
+    without an errno, so a full disk would no longer read as one."""
+    os.mkdir(dst)
+    for entry in sorted(os.scandir(src), key=lambda e: e.name):
+        target = os.path.join(dst, entry.name)
+        if entry.is_dir(follow_symlinks=False):
+            _link_tree(entry.path, target)
+        else:
+            _link_or_copy(entry.path, target)
 
 
 def _link_or_copy(src: str, dst: str) -> None:
