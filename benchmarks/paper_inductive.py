@@ -16,7 +16,8 @@ earlier step), then runs the three sweeps in order; a stopped sweep resumes its 
 cells from their newest checkpoint, never from step 0, and skips the finished ones (``run
 --print`` prints the three commands). ``save`` copies into the archive, for each finished cell,
 its ``results.json`` and the validation rows of its ``metrics.csv`` plus its best weights' test
-metrics under the paper's filter (``eval.filter=facts``, scored once, in this process); for
+metrics under the paper's filter (``eval.filter=facts``, scored once, in this process) and the
+per-query test ranks under both filters (any Hits@10_50 rule scores them again); for
 each unfinished cell, its newest valid checkpoint (model, optimizer, sampler, RNG and the best
 weights so far), so the next ``run`` continues it; then it writes the table. ``table`` writes
 ``benchmarks/results/paper_inductive_cpu.{md,json}`` from the archive alone (unfinished cells
@@ -154,8 +155,18 @@ def _epoch_rows(src: Path, dst: Path) -> None:
     dst.write_text("".join([lines[0], *(x for x in lines[1:] if not x.startswith("train,"))]))
 
 
-def facts_filter_metrics(run: Path, storage: Path) -> dict:
-    """Test metrics of the run's best weights under ``eval.filter=facts``."""
+# a finished cell's per-query test ranks (head, relation, tail, direction, rank, candidates),
+# from which any Hits@10_50 rule can score it again: the run's own (``eval.filter=all``) and
+# those of its best weights under the paper's filter (``eval.filter=facts``)
+RANKS = "ranks_test_all.parquet"
+FACTS_RANKS = "ranks_test_filter_facts.parquet"
+
+
+def facts_filter_metrics(run: Path, storage: Path, ranks_to: Path) -> dict:
+    """Test metrics of the run's best weights under ``eval.filter=facts``; their per-query
+    ranks are written to ``ranks_to``."""
+    import tempfile
+
     import torch
 
     from cmpnn_dist.predict.loading import load_model
@@ -165,8 +176,30 @@ def facts_filter_metrics(run: Path, storage: Path) -> dict:
     torch.set_num_threads(1)
     model, cfg, ds = load_model(run, [f"storage_root={storage}", "eval.filter=facts"])
     data = load_train_data(ds, "facts")
-    out = evaluate_split(model, data.test, data.test.graph, cfg, data.num_relations, progress=False)
+    with tempfile.TemporaryDirectory(dir=ranks_to.parent) as tmp:
+        out = evaluate_split(model, data.test, data.test.graph, cfg, data.num_relations,
+                             ranks_dir=Path(tmp), progress=False, split_name="test")  # fmt: skip
+        (written,) = Path(tmp).glob("ranks_test_*.parquet")
+        written.rename(ranks_to)
     return {k: out[k] for k in ("mrr", "hits@10", "hits@10_50", "num_queries")}
+
+
+def add_ranks(run: Path, storage: Path, cell: Path) -> bool:
+    """Put a finished run's test ranks beside its archived cell, which was saved without
+    them; the paper's-filter ranks are scored again and must give the archived figures.
+    Returns whether anything was added."""
+    if (cell / FACTS_RANKS).is_file() or not (run / RANKS).is_file():
+        return False
+    stage = cell / f".{FACTS_RANKS}.tmp"
+    facts = facts_filter_metrics(run, storage, stage)
+    archived_facts = json.loads((cell / "facts.json").read_text())
+    if facts != archived_facts:
+        stage.unlink()
+        raise RuntimeError(f"{run}: scored again, {facts} is not the archived {archived_facts}")
+    shutil.copy2(run / RANKS, cell / f".{RANKS}.tmp")
+    (cell / f".{RANKS}.tmp").rename(cell / RANKS)
+    stage.rename(cell / FACTS_RANKS)
+    return True
 
 
 PIECES = "pieces.json"  # per archived cell: the machine, code, first and last step of each piece
@@ -210,9 +243,11 @@ def save(
 ) -> dict[str, list[str]]:
     """Archive every finished run (results, facts-filter metrics) and every unfinished run's
     newest valid checkpoint; returns the runs saved in each state."""
-    saved: dict[str, list[str]] = {"finished": [], "in progress": []}
+    saved: dict[str, list[str]] = {"finished": [], "in progress": [], "ranks added": []}
     for name in runs or run_names():
         run, dst = storage / "runs" / name, archive / name
+        if (dst / "facts.json").is_file() and add_ranks(run, storage, dst):
+            saved["ranks added"].append(name)
         if (dst / "facts.json").is_file() or not run.is_dir():
             continue  # archived finished, or never started here
         stage = Path(f"{dst}.new")
@@ -221,7 +256,9 @@ def save(
         if (run / "results.json").is_file():
             shutil.copy2(run / "results.json", stage / "results.json")
             _epoch_rows(run / "metrics.csv", stage / "metrics.csv")
-            facts = facts_filter_metrics(run, storage)
+            if (run / RANKS).is_file():
+                shutil.copy2(run / RANKS, stage / RANKS)
+            facts = facts_filter_metrics(run, storage, stage / FACTS_RANKS)
             (stage / "facts.json").write_text(json.dumps(facts, indent=1) + "\n")
             state, step = "finished", json.loads((run / "results.json").read_text())["step"]
         else:

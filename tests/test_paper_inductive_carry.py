@@ -10,8 +10,11 @@ import signal
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import torch
 from _real_run import history, interrupt_tiny, train_tiny
+
+from cmpnn_dist.evaluation.metrics import ranking_metrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from paper_inductive import restore, run_names, save, start_piece  # noqa: E402
@@ -34,11 +37,13 @@ def test_a_killed_run_travels_through_the_archive_and_resumes_bit_identical(tmp_
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
 
     archive = tmp_path / "archive"
-    assert save(killed, archive, runs=["tiny"]) == {"finished": [], "in progress": ["tiny"]}
+    assert save(killed, archive, runs=["tiny"]) == {
+        "finished": [], "in progress": ["tiny"], "ranks added": []}  # fmt: skip
     kept = sorted(p.name for p in (archive / "tiny" / "checkpoints").iterdir())
     assert kept == ["step_00000010"]  # the newest checkpoint holds the best weights so far
     # nothing newer to save: the archive is left as it is
-    assert save(killed, archive, runs=["tiny"]) == {"finished": [], "in progress": []}
+    assert save(killed, archive, runs=["tiny"]) == {
+        "finished": [], "in progress": [], "ranks added": []}  # fmt: skip
 
     fresh = tmp_path / "machine_b"
     assert restore(fresh, archive, runs=["tiny"]) == ["tiny"]
@@ -54,10 +59,12 @@ def test_a_killed_run_travels_through_the_archive_and_resumes_bit_identical(tmp_
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
     # finished: results, the log and the paper's-filter metrics replace the checkpoints
-    assert save(fresh, archive, runs=["tiny"]) == {"finished": ["tiny"], "in progress": []}
+    assert save(fresh, archive, runs=["tiny"]) == {
+        "finished": ["tiny"], "in progress": [], "ranks added": []}  # fmt: skip
     cell = archive / "tiny"
     files = sorted(p.name for p in cell.iterdir())
-    assert files == ["facts.json", "metrics.csv", "pieces.json", "results.json"]
+    assert files == ["facts.json", "metrics.csv", "pieces.json", "ranks_test_all.parquet",
+                     "ranks_test_filter_facts.parquet", "results.json"]  # fmt: skip
     pieces = json.loads((cell / "pieces.json").read_text())  # where each piece ran, to which step
     assert [(p["from_step"], p["until_step"]) for p in pieces] == [(-1, 10), (10, done["step"])]
     assert all(p["cpu"] and p["commit"] for p in pieces)
@@ -66,6 +73,23 @@ def test_a_killed_run_travels_through_the_archive_and_resumes_bit_identical(tmp_
     # weights give the run's own test figures
     for k in ("mrr", "hits@10", "hits@10_50"):
         assert abs(facts[k] - done["test"][k]) < 1e-9, k
+    # the archived ranks score to the archived figures under the run's own rule
+    ranks = pq.read_table(cell / "ranks_test_filter_facts.parquet").to_pandas()
+    assert len(ranks) == facts["num_queries"]
+    rescored = ranking_metrics(
+        torch.tensor(ranks["rank"].to_numpy()), torch.tensor(ranks["candidates"].to_numpy())
+    )  # the paper's rule
+    for k in ("mrr", "hits@10", "hits@10_50"):
+        assert abs(rescored[k] - facts[k]) < 1e-12, k
+    assert pq.read_table(cell / "ranks_test_all.parquet").equals(
+        pq.read_table(fresh / "runs" / "tiny" / "ranks_test_all.parquet"))  # fmt: skip
+
+    # a cell archived without its ranks gets them from the store, scored to the same figures
+    for name in ("ranks_test_all.parquet", "ranks_test_filter_facts.parquet"):
+        (cell / name).unlink()
+    assert save(fresh, archive, runs=["tiny"]) == {
+        "finished": [], "in progress": [], "ranks added": ["tiny"]}  # fmt: skip
+    assert pq.read_table(cell / "ranks_test_filter_facts.parquet").to_pandas().equals(ranks)
     assert restore(tmp_path / "machine_c", archive, runs=["tiny"]) == ["tiny"]
 
 
