@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -39,6 +40,25 @@ OLD_VARIANT = "mlp, straight_through"  # entries from before model.prune.priorit
 PAPER_HITS = {"fb237_ind_v1": 0.794, "wn18rr_ind_v1": 0.932}  # paper Table 2, basic C-MPNN
 FULL_EPOCHS = 20
 UNVISITED_TAG = {"constant": "", "relations": "-rel"}  # run names; variant labels add the kind
+RANKS_DIR = "pruned_accuracy_ranks"  # beside the table: each kept run's test ranks
+
+
+def run_name(preset: str, ratio: str, seed: int, epochs: int, unvisited: str, prior: str) -> str:
+    """The run's folder name under ``<storage>/runs/`` (and its ranks' file name)."""
+    kind = "" if ratio == "dense" else UNVISITED_TAG[unvisited]
+    return f"pruned-{preset}-{ratio}{kind}{'' if prior == 'none' else '-prior'}-s{seed}-e{epochs}"
+
+
+def keep_ranks(entry: dict, storage: str, out: Path) -> None:
+    """Copy the run's per-query test ranks (rank and candidate count per query) to
+    ``<out>/pruned_accuracy_ranks/<run name>.parquet``, so any Hits@10_50 rule can score the
+    row again, and name the file in the entry."""
+    src = Path(storage) / "runs" / entry["run_name"] / "ranks_test_all.parquet"
+    dst = out / RANKS_DIR / f"{entry['run_name']}.parquet"
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dst.with_suffix(".tmp"))
+    dst.with_suffix(".tmp").replace(dst)
+    entry["ranks"] = f"{RANKS_DIR}/{dst.name}"
 
 
 def command(
@@ -61,8 +81,7 @@ def command(
         "train.num_threads=1",
         f"storage_root={storage}",
         f"data_root={Path('/work/shared/data') if Path('/work/shared/data').is_dir() else ''}",
-        f"run_name=pruned-{preset}-{ratio}{'' if ratio == 'dense' else UNVISITED_TAG[unvisited]}"
-        f"{'' if prior == 'none' else '-prior'}-s{seed}-e{epochs}",
+        f"run_name={run_name(preset, ratio, seed, epochs, unvisited, prior)}",
         "resume=false",
     ]
     if ratio != "dense":
@@ -164,6 +183,7 @@ def run_one(cell: Cell) -> dict:
         "variant": None if cell.ratio == "dense" else prune_variant(cell.unvisited),
         "prior": cell.prior,
         "command": " ".join(cmd[1:]),
+        "run_name": run_name(*cell[:4], cell.unvisited, cell.prior),
         "when_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
     }
 
@@ -190,8 +210,10 @@ def to_markdown(entries: list[dict]) -> str:
         "(`eval.hits_negatives_rule`: `paper` = the paper's code, HxyScotthuang/CMPNN "
         "`cmpnn/task.py`, C(50, i) with the target among the samples; `nbfnet_pyg` = "
         "NBFNet-PyG's `script/run.py`, C(49, i), recorded by the runs as `torchdrug`; "
-        "`n_negatives` = C(50, i) over the negatives, the runs that recorded no rule); no "
-        "per-query ranks kept, so each row stays under its own rule; full filtered rank MRR; "
+        "`n_negatives` = C(50, i) over the negatives, the runs that recorded no rule); a row "
+        f"whose run kept its per-query test ranks (`{RANKS_DIR}/<run name>.parquet`, named "
+        "in `pruned_accuracy.json`) can be scored again under any rule, the older rows kept "
+        "none, so each row stays under its own rule; full filtered rank MRR; "
         "ties pessimistic (unvisited candidates share one score and rank below their ties)",
         "- `diff vs dense`: against the dense run of the same seed and rule in this file; "
         "the dense "
@@ -295,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
         with ThreadPoolExecutor(args.jobs) as pool:  # results written as each run ends
             for e in pool.map(run_one, cells):
+                keep_ranks(e, args.storage, out)
                 entries = [x for x in entries if key_of(x) != key_of(e)]
                 entries.append(e)
                 write_atomic(path, json.dumps(entries, indent=1))
