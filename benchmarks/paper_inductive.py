@@ -12,9 +12,11 @@ different machines: the cells travel in git, in ``benchmarks/results/paper_induc
     python benchmarks/paper_inductive.py table                    # the table from the archive
 
 ``run`` first restores the archive into ``STORE`` (a cell the store lacks, or holds at an
-earlier step), then runs the three sweeps in order; a stopped sweep resumes its unfinished
+earlier step), then runs the three sweeps in stages (``STAGES``: every sweep's cells on the four
+cheapest splits, then on the next two, then on all eight), so the seeds and the prior's cells on
+the cheap splits do not wait for the dearest splits; a stopped sweep resumes its unfinished
 cells from their newest checkpoint, never from step 0, and skips the finished ones (``run
---print`` prints the three commands). ``save`` copies into the archive, for each finished cell,
+--print`` prints the commands). ``save`` copies into the archive, for each finished cell,
 its ``results.json`` and the validation rows of its ``metrics.csv`` plus its best weights' test
 metrics under the paper's filter (``eval.filter=facts``, scored once, in this process) and the
 per-query test ranks under both filters (any Hits@10_50 rule scores them again); for
@@ -56,9 +58,18 @@ SWEEPS: dict[str, tuple[str, list[str], list[str], list[int]]] = {
 }
 
 
-def sweep_overrides(name: str, storage: Path) -> list[str]:
-    """The overrides of sweep ``name`` (its axes: ``data`` and ``train.seed``)."""
+# ``run``'s order: each stage runs every sweep's cells on its splits, so the seeds and the
+# prior's cells on the cheap splits finish before the dearest splits' cells start
+STAGES = [BY_COST[:4], BY_COST[:6], BY_COST]
+
+
+def sweep_overrides(name: str, storage: Path, only: list[str] | None = None) -> list[str]:
+    """The overrides of sweep ``name`` (its axes: ``data`` and ``train.seed``); ``only``: its
+    cells on these splits alone (the same cells, named the same)."""
     _, fixed, splits, seeds = SWEEPS[name]
+    splits = [s for s in splits if only is None or s in only]
+    if only is not None and len(splits) < 2:  # one value is no axis: the cells' names change
+        raise ValueError(f"{name}: a sweep on fewer than two splits names its cells otherwise")
     return [
         "conf=fb237_ind_v1", *fixed, "data=" + ",".join(splits),
         "train.seed=" + ",".join(map(str, seeds)), "cluster.cpus_per_worker=1",
@@ -66,9 +77,21 @@ def sweep_overrides(name: str, storage: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def sweep_command(name: str, storage: Path) -> list[str]:
-    """The product's command line for sweep ``name``."""
-    return [sys.executable, "-m", "cmpnn_dist.train", "-m", *sweep_overrides(name, storage)]
+def sweep_command(name: str, storage: Path, only: list[str] | None = None) -> list[str]:
+    """The product's command line for sweep ``name`` (on the splits ``only``)."""
+    over = sweep_overrides(name, storage, only)
+    return [sys.executable, "-m", "cmpnn_dist.train", "-m", *over]
+
+
+def plan() -> list[tuple[str, list[str]]]:
+    """``(sweep, splits)`` in ``run``'s order: the stages, each sweep within a stage."""
+    steps = []
+    for stage in STAGES:
+        for name, (_, _, splits, _) in SWEEPS.items():
+            mine = [s for s in splits if s in stage]
+            if mine:
+                steps.append((name, mine))
+    return steps
 
 
 def cells() -> Iterator[tuple[str, str, str, int]]:
@@ -395,12 +418,16 @@ def main(argv: list[str] | None = None) -> int:
     storage = Path(args.storage).resolve() if args.storage else None
     if args.action == "run":
         if args.print:
-            print("\n".join(" ".join(sweep_command(n, storage)) for n in SWEEPS))
+            print("\n".join(" ".join(sweep_command(n, storage, only)) for n, only in plan()))
             return 0
         print(f"restored: {restore(storage) or 'nothing'}", flush=True)
         start_piece(storage)
-        for name in SWEEPS:
-            subprocess.run(sweep_command(name, storage), check=True)
+        finished = {n for n in run_names() if (storage / "runs" / n / "results.json").is_file()}
+        for name, only in plan():
+            names = {c[0] for c in cells() if c[0].startswith(f"{name}/") and c[2] in only}
+            if not names <= finished:  # (a sweep with nothing left to run is not started)
+                subprocess.run(sweep_command(name, storage, only), check=True)
+                finished |= {n for n in names if (storage / "runs" / n / "results.json").is_file()}
         return 0
     if args.action == "restore":
         print(f"restored: {restore(storage) or 'nothing'}")

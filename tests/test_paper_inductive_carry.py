@@ -17,7 +17,7 @@ from _real_run import history, interrupt_tiny, train_tiny
 from cmpnn_dist.evaluation.metrics import ranking_metrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from paper_inductive import restore, run_names, save, start_piece  # noqa: E402
+from paper_inductive import BY_COST, plan, restore, run_names, save, start_piece, sweep_overrides  # noqa: E402,I001
 
 
 def _best_weights(run: Path) -> dict[str, torch.Tensor]:
@@ -98,3 +98,21 @@ def test_the_archive_names_every_cell_of_the_three_sweeps():
     assert len(names) == len(set(names)) == 8 + 8 + 8
     assert "graIL8_seeds/data=wn18rr_ind_v2,train.seed=2" in names
     assert "graIL8_prior/data=wn18rr_ind_v3" in names
+
+
+def test_the_staged_plan_runs_the_cheap_splits_cells_first():
+    """``run`` runs the sweeps restricted to the cheap splits before the dear ones: every cell
+    of the three sweeps comes up under its own name, the cheap splits' cells (seeds and prior
+    included) in a stage before any cell of the dearest split."""
+    from cmpnn_dist.sweep import expand
+
+    seen, stage_of = [], {}
+    for i, (name, only) in enumerate(plan()):
+        _, grid = expand(sweep_overrides(name, Path("STORE"), only))
+        for cell in grid:
+            seen.append(f"{name}/{cell.cell_id}")
+            stage_of.setdefault(seen[-1], i)  # later stages list it again: it is finished
+    assert sorted(set(seen)) == sorted(run_names())  # every cell, named as the whole sweep names it
+    first_dear = min(stage_of[n] for n in run_names() if "fb237_ind_v4" in n)
+    cheap = [n for n in run_names() if any(f"data={s}" in n for s in BY_COST[:4])]
+    assert all(stage_of[n] < first_dear for n in cheap)  # seeds and prior cells included
