@@ -226,11 +226,11 @@ def add_ranks(run: Path, storage: Path, cell: Path) -> bool:
 
 
 PIECES = "pieces.json"  # per archived cell: the machine, code, first and last step of each piece
-PIECE = "paper_inductive_piece.json"  # in the store: this piece's machine and code (``run``)
+PIECE = "paper_inductive_piece.json"  # in the store: every piece ``run`` started there, in order
 
 
 def _now() -> str:
-    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
 
 
 def _pieces(cell: Path) -> list[dict]:
@@ -238,27 +238,57 @@ def _pieces(cell: Path) -> list[dict]:
     return json.loads((cell / PIECES).read_text()) if (cell / PIECES).is_file() else []
 
 
+def _store_pieces(storage: Path) -> list[dict]:
+    """The pieces started in ``storage``, oldest first (a single one: an older store's file)."""
+    if not (storage / PIECE).is_file():
+        return []
+    found = json.loads((storage / PIECE).read_text())
+    return [found] if isinstance(found, dict) else found
+
+
 def start_piece(storage: Path, runs: list[str] | None = None) -> None:
-    """Record in ``storage`` the machine and code of the piece starting there, and each
-    cell's step at its start (-1: from scratch), so that ``save`` can say where every piece
-    of a cell began, even when an earlier piece ended without a save."""
+    """Record in ``storage`` the machine and code of the piece starting there and each cell's
+    step at its start (-1: from scratch), beside the pieces started there before, so that
+    ``save`` can say which pieces moved a cell, even those that ended without a save."""
     storage.mkdir(parents=True, exist_ok=True)
     this = {"cpu": cpu_model(), "commit": git_commit("--short=12", mark_dirty=True),
             "started_utc": _now(),
             "from_step": {n: _step(storage / "runs" / n) for n in runs or run_names()}}  # fmt: skip
-    write_atomic(storage / PIECE, json.dumps(this, indent=1))
+    write_atomic(storage / PIECE, json.dumps([*_store_pieces(storage), this], indent=1))
 
 
-def piece(storage: Path, name: str) -> dict:
-    """The machine and code of the piece that ran cell ``name`` in ``storage``, and the step
-    the cell started that piece from (written by ``run``; else this checkout's, from an
-    unknown step)."""
-    path = storage / PIECE
-    if not path.is_file():
-        return {"cpu": cpu_model(), "commit": git_commit("--short=12", mark_dirty=True),
-                "store": str(storage), "from_step": None}  # fmt: skip
-    this = json.loads(path.read_text())
-    return {**this, "store": str(storage), "from_step": this.get("from_step", {}).get(name)}
+def pieces_of(storage: Path, name: str, step: int) -> list[dict]:
+    """The pieces of ``storage`` that moved cell ``name``, now at ``step``: machine, code, and
+    the steps each took it from and to (the next piece's start, or ``step``).  Without a
+    record (a cell trained by hand), one piece of this checkout, from an unknown step."""
+    here = [
+        {"cpu": p["cpu"], "commit": p["commit"], "started_utc": p["started_utc"],
+         "store": str(storage), "from_step": p.get("from_step", {}).get(name)}
+        for p in _store_pieces(storage)
+    ]  # fmt: skip
+    if not here:
+        return [{"cpu": cpu_model(), "commit": git_commit("--short=12", mark_dirty=True),
+                 "store": str(storage), "from_step": None, "until_step": step}]  # fmt: skip
+    ends = [p["from_step"] for p in here[1:]] + [step]
+    return [
+        {**p, "until_step": end}
+        for p, end in zip(here, ends, strict=True)
+        if p["from_step"] is None or end is None or end > p["from_step"]
+    ]
+
+
+def _merge_pieces(known: list[dict], new: list[dict]) -> list[dict]:
+    """The archived pieces updated by the store's: the same piece (machine, code, start,
+    store) is replaced, another one is added after them."""
+    same = ("cpu", "commit", "started_utc", "store")
+    out = list(known)
+    for p in new:
+        at = [i for i, q in enumerate(out) if all(q.get(k) == p.get(k) for k in same)]
+        if at:
+            out[at[0]] = p
+        else:
+            out.append(p)
+    return out
 
 
 def save(
@@ -290,14 +320,8 @@ def save(
                 shutil.rmtree(stage)
                 continue
             state = "in progress"
-        # which machine and code ran the cell up to this step (a cell may run in pieces)
-        pieces = _pieces(dst)
-        this = {**piece(storage, name), "until_step": step, "saved_utc": _now()}
-        same = ("cpu", "commit", "started_utc", "store")
-        if pieces and all(pieces[-1].get(k) == this.get(k) for k in same):
-            pieces[-1] = this  # saved again during the same piece
-        else:
-            pieces.append(this)
+        # which machines and code ran the cell up to this step (a cell may run in pieces)
+        pieces = _merge_pieces(_pieces(dst), pieces_of(storage, name, step))
         (stage / PIECES).write_text(json.dumps(pieces, indent=1) + "\n")
         shutil.rmtree(dst, ignore_errors=True)
         stage.rename(dst)

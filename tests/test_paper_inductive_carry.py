@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -17,7 +18,16 @@ from _real_run import history, interrupt_tiny, train_tiny
 from cmpnn_dist.evaluation.metrics import ranking_metrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from paper_inductive import BY_COST, plan, restore, run_names, save, start_piece, sweep_overrides  # noqa: E402,I001
+from paper_inductive import (  # noqa: E402
+    BY_COST,
+    PIECE,
+    plan,
+    restore,
+    run_names,
+    save,
+    start_piece,
+    sweep_overrides,
+)
 
 
 def _best_weights(run: Path) -> dict[str, torch.Tensor]:
@@ -48,6 +58,8 @@ def test_a_killed_run_travels_through_the_archive_and_resumes_bit_identical(tmp_
     fresh = tmp_path / "machine_b"
     assert restore(fresh, archive, runs=["tiny"]) == ["tiny"]
     assert restore(fresh, archive, runs=["tiny"]) == []  # the store already holds that step
+    start_piece(fresh, runs=["tiny"])  # a piece that ends before it trains the cell
+    time.sleep(1.1)  # (pieces are told apart by their start, to the second)
     start_piece(fresh, runs=["tiny"])
     out = train_tiny(str(fresh))  # the same command, on the other machine
     assert out["resumed_from_step"] == 10  # continued, not started again from step 0
@@ -66,7 +78,10 @@ def test_a_killed_run_travels_through_the_archive_and_resumes_bit_identical(tmp_
     assert files == ["facts.json", "metrics.csv", "pieces.json", "ranks_test_all.parquet",
                      "ranks_test_filter_facts.parquet", "results.json"]  # fmt: skip
     pieces = json.loads((cell / "pieces.json").read_text())  # where each piece ran, to which step
+    # machine_a's piece, then the second piece of machine_b: the first one moved nothing
     assert [(p["from_step"], p["until_step"]) for p in pieces] == [(-1, 10), (10, done["step"])]
+    assert [p["store"] for p in pieces] == [str(killed), str(fresh)]
+    assert pieces[1]["started_utc"] == json.loads((fresh / PIECE).read_text())[1]["started_utc"]
     assert all(p["cpu"] and p["commit"] for p in pieces)
     facts = json.loads((cell / "facts.json").read_text())
     # a transductive graph is filtered with every fact under either filter: the re-scored best
