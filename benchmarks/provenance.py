@@ -17,8 +17,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def git_commit(*rev_flags: str, mark_dirty: bool = False) -> str:
     """``git rev-parse [rev_flags] HEAD`` of this checkout (e.g. ``"--short"``), with
-    ``+dirty`` appended when ``mark_dirty`` and tracked files differ from it; ``unknown``
-    outside a git checkout."""
+    ``+dirty`` appended when ``mark_dirty`` and tracked files other than the results
+    (``benchmarks/results/``, which the benchmarks themselves write) differ from it;
+    ``unknown`` outside a git checkout."""
 
     def git(*args: str) -> str:
         return subprocess.run(
@@ -27,7 +28,9 @@ def git_commit(*rev_flags: str, mark_dirty: bool = False) -> str:
 
     try:
         rev = git("rev-parse", *rev_flags, "HEAD")
-        dirty = mark_dirty and git("status", "--porcelain", "--untracked-files=no")
+        dirty = mark_dirty and git(
+            "status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/results"
+        )
         return rev + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
