@@ -446,12 +446,11 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         print(f"restored: {restore(storage) or 'nothing'}", flush=True)
         start_piece(storage)
-        finished = {n for n in run_names() if (storage / "runs" / n / "results.json").is_file()}
         for name, only in plan():
-            names = {c[0] for c in cells() if c[0].startswith(f"{name}/") and c[2] in only}
-            if not names <= finished:  # (a sweep with nothing left to run is not started)
+            names = [c[0] for c in cells() if c[0].startswith(f"{name}/") and c[2] in only]
+            # a sweep with nothing left to run is not started (Ray's start-up is not free)
+            if not all((storage / "runs" / n / "results.json").is_file() for n in names):
                 subprocess.run(sweep_command(name, storage, only), check=True)
-                finished |= {n for n in names if (storage / "runs" / n / "results.json").is_file()}
         return 0
     if args.action == "restore":
         print(f"restored: {restore(storage) or 'nothing'}")
