@@ -12,6 +12,13 @@ beside.  ``--epochs`` cuts the preset's 20 epochs
     python benchmarks/pruned_accuracy.py --epochs 2 --ratios dense 0.5 0.2 0.1 0.05
     python benchmarks/pruned_accuracy.py --collect          # rewrite the table only
 
+Each run starts afresh (an older folder of its name is moved aside) unless ``--resume``: then a
+run the storage holds continues from its last checkpoint (the trainer's exact resume, the same
+result as one uninterrupted run), so a batch of 20-epoch runs can stop with a session and go on
+in the next; a run that had finished is only evaluated again.  Resume a batch only with the code
+it started with: the entry's commit is the code of its last piece (``resumed_from_step`` says
+where that piece began).
+
 Results accumulate in ``benchmarks/results/pruned_accuracy.json`` (one entry per run) and
 ``pruned_accuracy.md``.
 """
@@ -27,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import NamedTuple
 
@@ -69,6 +76,8 @@ def command(
     storage: str,
     unvisited: str = "constant",
     prior: str = "none",
+    resume: bool = False,
+    overrides: tuple[str, ...] = (),
 ) -> list[str]:
     cmd = [
         sys.executable,
@@ -82,7 +91,7 @@ def command(
         f"storage_root={storage}",
         f"data_root={Path('/work/shared/data') if Path('/work/shared/data').is_dir() else ''}",
         f"run_name={run_name(preset, ratio, seed, epochs, unvisited, prior)}",
-        "resume=false",
+        f"resume={str(resume).lower()}",
     ]
     if ratio != "dense":
         cmd += ["model.propagation=pruned", f"model.prune.node_ratio={ratio}"]
@@ -90,7 +99,7 @@ def command(
             cmd.append(f"model.prune.unvisited={unvisited}")
     if prior != "none":
         cmd.append(f"model.prior={prior}")
-    return cmd
+    return cmd + list(overrides)
 
 
 def prune_variant(unvisited: str = "constant") -> str:
@@ -163,6 +172,8 @@ class Cell(NamedTuple):
     storage: str
     unvisited: str = "constant"
     prior: str = "none"
+    resume: bool = False  # continue the run's folder from its last checkpoint
+    overrides: tuple[str, ...] = ()  # more config overrides (not in the run's name)
 
 
 def run_one(cell: Cell) -> dict:
@@ -182,6 +193,7 @@ def run_one(cell: Cell) -> dict:
         "commit": git_commit("--short=12", mark_dirty=True),
         "variant": None if cell.ratio == "dense" else prune_variant(cell.unvisited),
         "prior": cell.prior,
+        "resumed_from_step": last.get("resumed_from_step"),  # wall / CPU s: this piece only
         "command": " ".join(cmd[1:]),
         "run_name": run_name(*cell[:4], cell.unvisited, cell.prior),
         "when_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
@@ -303,6 +315,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--storage", default="/tmp/pruned_accuracy")
     p.add_argument("--collect", action="store_true", help="only rewrite the table")
     p.add_argument("--jobs", type=int, default=1, help="runs side by side (one thread each)")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue each run the storage holds from its last checkpoint (same code only)",
+    )
+    p.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="one more config override for every run (not in the run's name or the table's key)",
+    )
     p.add_argument("--out", default=str(HERE / "results"))
     args = p.parse_args(argv)
     out = Path(args.out)
@@ -310,13 +334,24 @@ def main(argv: list[str] | None = None) -> int:
     entries = json.loads(path.read_text()) if path.is_file() else []
     if not args.collect:
         cells = [
-            Cell(preset, ratio, seed, args.epochs, args.storage, args.unvisited, args.prior)
+            Cell(
+                preset,
+                ratio,
+                seed,
+                args.epochs,
+                args.storage,
+                args.unvisited,
+                args.prior,
+                args.resume,
+                tuple(args.override),
+            )
             for preset in args.presets
             for seed in args.seeds
             for ratio in args.ratios
         ]
         with ThreadPoolExecutor(args.jobs) as pool:  # results written as each run ends
-            for e in pool.map(run_one, cells):
+            for done in as_completed([pool.submit(run_one, c) for c in cells]):
+                e = done.result()
                 keep_ranks(e, args.storage, out)
                 entries = [x for x in entries if key_of(x) != key_of(e)]
                 entries.append(e)

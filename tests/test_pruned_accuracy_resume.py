@@ -1,0 +1,69 @@
+"""``benchmarks/pruned_accuracy.py --resume``: a batch of 20-epoch runs outlives a session.  A
+batch killed inside a run and started again with ``--resume`` continues that run from its last
+checkpoint and records the same test figures as an uninterrupted batch; without ``--resume`` a
+run starts afresh.  Checked on real runs of the default preset (300 steps, a checkpoint every
+100)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "benchmarks" / "pruned_accuracy.py"
+RUN = "pruned-default-dense-s0-e2"
+
+
+def batch(storage: Path, out: Path, *extra: str) -> subprocess.Popen:
+    cmd = [sys.executable, str(SCRIPT), "--presets", "default", "--ratios", "dense",
+           "--epochs", "2", "--storage", str(storage), "--out", str(out),
+           "--override", "train.max_steps=300", "--override", "checkpoint.every_steps=100",
+           *extra]  # fmt: skip
+    return subprocess.Popen(
+        cmd, cwd=REPO, start_new_session=True, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+
+
+def entry(out: Path) -> dict:
+    (e,) = json.loads((out / "pruned_accuracy.json").read_text())
+    return e
+
+
+def finish(proc: subprocess.Popen) -> None:
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+
+
+def test_a_killed_batch_resumes_its_run_and_records_the_uninterrupted_figures(tmp_path):
+    straight = batch(tmp_path / "a", tmp_path / "out_a")
+    killed = batch(tmp_path / "b", tmp_path / "out_b")
+    first = tmp_path / "b" / "runs" / RUN / "checkpoints" / "step_00000100"
+    deadline = time.monotonic() + 600
+    while not first.is_dir():  # a checkpoint, written under a temporary name then renamed
+        assert killed.poll() is None and time.monotonic() < deadline, killed.communicate()[1]
+        time.sleep(0.2)
+    os.killpg(killed.pid, signal.SIGKILL)  # the batch and its training run, mid-run
+    killed.wait()
+    assert not (tmp_path / "out_b" / "pruned_accuracy.json").exists()  # nothing recorded yet
+    finish(straight)
+
+    finish(batch(tmp_path / "b", tmp_path / "out_b", "--resume"))
+    whole, resumed = entry(tmp_path / "out_a"), entry(tmp_path / "out_b")
+    assert whole["resumed_from_step"] is None
+    assert 100 <= resumed["resumed_from_step"] < 300  # the last checkpoint before the kill
+    assert "resume=true" in resumed["command"] and "resume=false" in whole["command"]
+    assert resumed["test"] == whole["test"] and resumed["valid"] == whole["valid"]
+
+    # --resume on a finished run evaluates it again; without it the run starts afresh
+    finish(batch(tmp_path / "a", tmp_path / "out_a", "--resume"))
+    again = entry(tmp_path / "out_a")
+    assert again["resumed_from_step"] == 300 and again["test"] == whole["test"]
+    finish(batch(tmp_path / "a", tmp_path / "out_a"))
+    assert entry(tmp_path / "out_a")["resumed_from_step"] is None
+    assert len(list((tmp_path / "a" / "runs").glob(f"{RUN}.replaced-*"))) == 1
