@@ -36,12 +36,20 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, get_args
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from provenance import git_commit, write_atomic  # noqa: E402
+
+sys.path.insert(0, str(ROOT))
+from cmpnn_dist.config import (  # noqa: E402
+    SAVED_CHOICE_NAMES,
+    PruneConfig,
+    PruneGate,
+    PrunePriority,
+)
 
 OLD_VARIANT = "mlp, straight_through"  # entries from before model.prune.priority (their defaults)
 PAPER_HITS = {"fb237_ind_v1": 0.794, "wn18rr_ind_v1": 0.932}  # paper Table 2, basic C-MPNN
@@ -50,9 +58,21 @@ UNVISITED_TAG = {"constant": "", "relations": "-rel"}  # run names; variant labe
 RANKS_DIR = "pruned_accuracy_ranks"  # beside the table: each kept run's test ranks
 
 
-def run_name(preset: str, ratio: str, seed: int, epochs: int, unvisited: str, prior: str) -> str:
-    """The run's folder name under ``<storage>/runs/`` (and its ranks' file name)."""
+def run_name(
+    preset: str,
+    ratio: str,
+    seed: int,
+    epochs: int,
+    unvisited: str,
+    prior: str,
+    priority: str | None = None,
+    gate: str | None = None,
+) -> str:
+    """The run's folder name under ``<storage>/runs/`` (and its ranks' file name); a priority
+    or gate other than the config's default is part of it."""
     kind = "" if ratio == "dense" else UNVISITED_TAG[unvisited]
+    if ratio != "dense":
+        kind += "".join(f"-{x}" for x in (priority, gate) if x)
     return f"pruned-{preset}-{ratio}{kind}{'' if prior == 'none' else '-prior'}-s{seed}-e{epochs}"
 
 
@@ -78,6 +98,8 @@ def command(
     prior: str = "none",
     resume: bool = False,
     overrides: tuple[str, ...] = (),
+    priority: str | None = None,
+    gate: str | None = None,
 ) -> list[str]:
     cmd = [
         sys.executable,
@@ -90,26 +112,27 @@ def command(
         "train.num_threads=1",
         f"storage_root={storage}",
         f"data_root={Path('/work/shared/data') if Path('/work/shared/data').is_dir() else ''}",
-        f"run_name={run_name(preset, ratio, seed, epochs, unvisited, prior)}",
+        f"run_name={run_name(preset, ratio, seed, epochs, unvisited, prior, priority, gate)}",
         f"resume={str(resume).lower()}",
     ]
     if ratio != "dense":
         cmd += ["model.propagation=pruned", f"model.prune.node_ratio={ratio}"]
         if unvisited != "constant":
             cmd.append(f"model.prune.unvisited={unvisited}")
+        cmd += [f"model.prune.{k}={v}" for k, v in (("priority", priority), ("gate", gate)) if v]
     if prior != "none":
         cmd.append(f"model.prior={prior}")
     return cmd + list(overrides)
 
 
-def prune_variant(unvisited: str = "constant") -> str:
-    """``"<priority>, <gate>"``: the defaults of ``model.prune`` the runs were made with, and
-    ``", relations"`` where unvisited candidates score by their relations."""
-    sys.path.insert(0, str(ROOT))
-    from cmpnn_dist.config import PruneConfig
-
+def prune_variant(
+    unvisited: str = "constant", priority: str | None = None, gate: str | None = None
+) -> str:
+    """``"<priority>, <gate>"``: the runs' ``model.prune`` priority and gate (None: the config's
+    defaults), and ``", relations"`` where unvisited candidates score by their relations."""
     p = PruneConfig()
-    return f"{p.priority}, {p.gate}" + ("" if unvisited == "constant" else f", {unvisited}")
+    kind = "" if unvisited == "constant" else f", {unvisited}"
+    return f"{priority or p.priority}, {gate or p.gate}{kind}"
 
 
 def variant_of(entry: dict) -> str | None:
@@ -136,9 +159,6 @@ def rule_of(entry: dict) -> str:
     """The ``eval.hits_negatives_rule`` of the entry's Hits@10_50, in today's names
     (``cmpnn_dist.config.SAVED_CHOICE_NAMES``: ``torchdrug`` is ``nbfnet_pyg``); an entry
     that names none was run by code that computed ``n_negatives`` only."""
-    sys.path.insert(0, str(ROOT))
-    from cmpnn_dist.config import SAVED_CHOICE_NAMES
-
     recorded = entry["test"].get("hits_negatives_rule") or "n_negatives"
     return SAVED_CHOICE_NAMES["eval.hits_negatives_rule"].get(recorded, recorded)
 
@@ -174,6 +194,8 @@ class Cell(NamedTuple):
     prior: str = "none"
     resume: bool = False  # continue the run's folder from its last checkpoint
     overrides: tuple[str, ...] = ()  # more config overrides (not in the run's name)
+    priority: str | None = None  # model.prune.priority (None: the config's default)
+    gate: str | None = None  # model.prune.gate (None: the config's default)
 
 
 def run_one(cell: Cell) -> dict:
@@ -191,11 +213,13 @@ def run_one(cell: Cell) -> dict:
         "cpu_s": round(cpu, 1),
         "loadavg": [round(x, 2) for x in os.getloadavg()],
         "commit": git_commit("--short=12", mark_dirty=True),
-        "variant": None if cell.ratio == "dense" else prune_variant(cell.unvisited),
+        "variant": None
+        if cell.ratio == "dense"
+        else prune_variant(cell.unvisited, cell.priority, cell.gate),
         "prior": cell.prior,
         "resumed_from_step": last.get("resumed_from_step"),  # wall / CPU s: this piece only
         "command": " ".join(cmd[1:]),
-        "run_name": run_name(*cell[:4], cell.unvisited, cell.prior),
+        "run_name": run_name(*cell[:4], cell.unvisited, cell.prior, cell.priority, cell.gate),
         "when_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
     }
 
@@ -312,6 +336,16 @@ def main(argv: list[str] | None = None) -> int:
         default="none",
         help="model.prior of every run (dense and pruned)",
     )
+    p.add_argument(
+        "--priority",
+        choices=get_args(PrunePriority),
+        help="model.prune.priority of the pruned runs (default: the config's)",
+    )
+    p.add_argument(
+        "--gate",
+        choices=get_args(PruneGate),
+        help="model.prune.gate of the pruned runs (default: the config's)",
+    )
     p.add_argument("--storage", default="/tmp/pruned_accuracy")
     p.add_argument("--collect", action="store_true", help="only rewrite the table")
     p.add_argument("--jobs", type=int, default=1, help="runs side by side (one thread each)")
@@ -344,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
                 args.prior,
                 args.resume,
                 tuple(args.override),
+                args.priority,
+                args.gate,
             )
             for preset in args.presets
             for seed in args.seeds

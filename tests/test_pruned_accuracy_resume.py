@@ -67,3 +67,21 @@ def test_a_killed_batch_resumes_its_run_and_records_the_uninterrupted_figures(tm
     finish(batch(tmp_path / "a", tmp_path / "out_a"))
     assert entry(tmp_path / "out_a")["resumed_from_step"] is None
     assert len(list((tmp_path / "a" / "runs").glob(f"{RUN}.replaced-*"))) == 1
+
+
+def test_a_priority_and_gate_other_than_the_defaults_name_the_run_and_label_its_row():
+    sys.path.insert(0, str(SCRIPT.parent))
+    from pruned_accuracy import Cell, command, prune_variant, run_name
+
+    from cmpnn_dist.config import PruneConfig
+
+    cell = Cell("fb237_ind_v1", "0.1", 0, 2, "/s", priority="mlp", gate="straight_through")
+    cmd = command(*cell)
+    assert cmd[-2:] == ["model.prune.priority=mlp", "model.prune.gate=straight_through"]
+    assert "run_name=pruned-fb237_ind_v1-0.1-mlp-straight_through-s0-e2" in cmd
+    assert prune_variant("constant", "mlp", "straight_through") == "mlp, straight_through"
+    # the defaults: no override, no tag, the config's names in the label
+    p = PruneConfig()
+    assert not any("model.prune.priority" in a for a in command(*cell[:5]))
+    assert run_name(*cell[:4], "relations", "none") == "pruned-fb237_ind_v1-0.1-rel-s0-e2"
+    assert prune_variant("relations") == f"{p.priority}, {p.gate}, relations"
