@@ -26,6 +26,7 @@ Results accumulate in ``benchmarks/results/pruned_accuracy.json`` (one entry per
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import shutil
@@ -224,6 +225,23 @@ def run_one(cell: Cell) -> dict:
     }
 
 
+def record(out: Path, entry: dict) -> list[dict]:
+    """Add ``entry`` to ``<out>/pruned_accuracy.json`` (replacing the same cell's older entry)
+    and rewrite the table; read and written under a lock, so two batches running side by side
+    keep each other's entries.  Returns every entry."""
+    path = out / "pruned_accuracy.json"
+    lock = os.open(out, os.O_RDONLY)  # the folder itself: the files are replaced, not edited
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        entries = json.loads(path.read_text()) if path.is_file() else []
+        entries = [x for x in entries if key_of(x) != key_of(entry)] + [entry]
+        write_atomic(path, json.dumps(entries, indent=1))
+        write_atomic(out / "pruned_accuracy.md", to_markdown(entries))
+    finally:
+        os.close(lock)  # and with it the lock
+    return entries
+
+
 def to_markdown(entries: list[dict]) -> str:
     lines = [
         "# Pruned propagation: accuracy beside the dense model (GraIL inductive v1 splits)",
@@ -389,10 +407,7 @@ def main(argv: list[str] | None = None) -> int:
             for done in as_completed([pool.submit(run_one, c) for c in cells]):
                 e = done.result()
                 keep_ranks(e, args.storage, out)
-                entries = [x for x in entries if key_of(x) != key_of(e)]
-                entries.append(e)
-                write_atomic(path, json.dumps(entries, indent=1))
-                write_atomic(out / "pruned_accuracy.md", to_markdown(entries))
+                entries = record(out, e)
                 print(
                     f"{e['preset']} {e['ratio']} s{e['seed']}: hits@10_50 "
                     f"{e['test']['hits@10_50']:.3f} mrr {e['test']['mrr']:.3f} "

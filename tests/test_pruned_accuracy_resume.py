@@ -1,8 +1,8 @@
-"""``benchmarks/pruned_accuracy.py --resume``: a batch of 20-epoch runs outlives a session.  A
+"""``benchmarks/pruned_accuracy.py`` batches that outlive a session and run side by side.  A
 batch killed inside a run and started again with ``--resume`` continues that run from its last
 checkpoint and records the same test figures as an uninterrupted batch; without ``--resume`` a
-run starts afresh.  Checked on real runs of the default preset (300 steps, a checkpoint every
-100)."""
+run starts afresh; two batches writing one table keep each other's rows.  Checked on real runs
+of the default preset (300 steps, a checkpoint every 100)."""
 
 from __future__ import annotations
 
@@ -85,3 +85,39 @@ def test_a_priority_and_gate_other_than_the_defaults_name_the_run_and_label_its_
     assert not any("model.prune.priority" in a for a in command(*cell[:5]))
     assert run_name(*cell[:4], "relations", "none") == "pruned-fb237_ind_v1-0.1-rel-s0-e2"
     assert prune_variant("relations") == f"{p.priority}, {p.gate}, relations"
+
+
+def test_two_batches_side_by_side_keep_each_others_rows(tmp_path):
+    quick = ["--override", "train.max_steps=20"]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(SCRIPT),
+                "--presets",
+                "default",
+                "--ratios",
+                "dense",
+                "--epochs",
+                "1",
+                "--seeds",
+                str(seed),
+                "--storage",
+                str(tmp_path / "s"),
+                "--out",
+                str(tmp_path / "out"),
+                *quick,
+            ],
+            cwd=REPO,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )  # fmt: skip
+        for seed in (0, 1)
+    ]
+    for proc in procs:
+        finish(proc)
+    rows = json.loads((tmp_path / "out" / "pruned_accuracy.json").read_text())
+    assert sorted(e["seed"] for e in rows) == [0, 1]
+    table = (tmp_path / "out" / "pruned_accuracy.md").read_text()
+    assert all(f"pruned-default-dense-s{s}-e1" in table for s in (0, 1))
