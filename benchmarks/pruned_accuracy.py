@@ -318,18 +318,19 @@ def to_markdown(entries: list[dict]) -> str:
     if multi:
         lines += [
             "",
-            "Seeds pooled (mean +- std over seeds):",
+            "Seeds pooled (mean +- sample std over seeds):",
             "",
             "| split | propagation | epochs | seeds | rule | test hits@10_50 | test MRR |",
             "|---|---|---|---|---|---|---|",
         ]
         for (preset, epochs, ratio, rule), v in sorted(multi.items()):
+            v = sorted(v, key=lambda e: e["seed"])
             h = [e["test"]["hits@10_50"] for e in v]
             m = [e["test"]["mrr"] for e in v]
             lines.append(
                 f"| {preset} | {ratio} | {epochs} | {', '.join(str(e['seed']) for e in v)} "
-                f"| {rule} | {statistics.mean(h):.3f} +- {statistics.pstdev(h):.3f} "
-                f"| {statistics.mean(m):.3f} +- {statistics.pstdev(m):.3f} |"
+                f"| {rule} | {statistics.mean(h):.3f} +- {statistics.stdev(h):.3f} "
+                f"| {statistics.mean(m):.3f} +- {statistics.stdev(m):.3f} |"
             )
     lines += ["", "Commands (one per run):", ""]
     lines += [f"- `python {e['command']}`" for e in entries]
@@ -382,6 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(HERE / "results"))
     args = p.parse_args(argv)
     out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     path = out / "pruned_accuracy.json"
     entries = json.loads(path.read_text()) if path.is_file() else []
     if not args.collect:
