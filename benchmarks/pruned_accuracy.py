@@ -52,7 +52,6 @@ from cmpnn_dist.config import (  # noqa: E402
     PrunePriority,
 )
 
-OLD_VARIANT = "mlp, straight_through"  # entries from before model.prune.priority (their defaults)
 PAPER_HITS = {"fb237_ind_v1": 0.794, "wn18rr_ind_v1": 0.932}  # paper Table 2, basic C-MPNN
 FULL_EPOCHS = 20
 UNVISITED_TAG = {"constant": "", "relations": "-rel"}  # run names; variant labels add the kind
@@ -138,9 +137,7 @@ def prune_variant(
 
 def variant_of(entry: dict) -> str | None:
     """The entry's ``(priority, gate)`` label (None for dense)."""
-    if entry["ratio"] == "dense":
-        return None
-    return entry.get("variant") or OLD_VARIANT
+    return None if entry["ratio"] == "dense" else entry["variant"]
 
 
 def last_json(cmd: list[str]) -> tuple[dict, float]:
@@ -248,11 +245,12 @@ def to_markdown(entries: list[dict]) -> str:
         "",
         "- model: the presets' basic C-MPNN (sum, MSG 1, INIT 2, 6 x 32, decoder 64), Adam "
         "5e-3, batch 8, 32 negatives; pruned = `model.propagation=pruned "
-        "model.prune.node_ratio=<r>` (degree_ratio 1, test ratio = train ratio) with the "
-        "defaults of its time, shown as `(priority, gate)`: `(decoder, sigmoid)` = A*Net's "
-        "(the priority is the decoder's logit, sigmoid(priority) gates the sent state; the "
-        f"default since model.prune.priority exists), `({OLD_VARIANT})` = the earlier "
-        "default (a separate priority MLP, straight-through gate); `, relations`: "
+        "model.prune.node_ratio=<r>` (degree_ratio 1, test ratio = train ratio) with its "
+        "`model.prune` priority and gate shown as `(priority, gate)`: `(decoder, sigmoid)` = "
+        "A*Net's (the priority is the decoder's logit, sigmoid(priority) gates the sent "
+        "state; the config's default), `(mlp, straight_through)` = a separate priority MLP "
+        "and a straight-through gate (`--priority mlp --gate straight_through`); "
+        "`, relations`: "
         "`model.prune.unvisited=relations` (unvisited candidates score by a learned two-hop "
         "summary of their relations, `cmpnn_dist/model/relation_prior.py`; without it they all "
         "tie at one constant); ` + prior`: `model.prior=relations` (every candidate's logit, "
@@ -266,16 +264,12 @@ def to_markdown(entries: list[dict]) -> str:
         "NBFNet-PyG's `script/run.py`, C(49, i), recorded by the runs as `torchdrug`; "
         "`n_negatives` = C(50, i) over the negatives, the runs that recorded no rule); a row "
         f"whose run kept its per-query test ranks (`{RANKS_DIR}/<run name>.parquet`, named "
-        "in `pruned_accuracy.json`) can be scored again under any rule, the older rows kept "
-        "none, so each row stays under its own rule; full filtered rank MRR; "
+        "in `pruned_accuracy.json`) can be scored again under any rule; the rows whose runs "
+        "kept none stay under the rule they ran with; full filtered rank MRR; "
         "ties pessimistic (unvisited candidates share one score and rank below their ties)",
-        "- `diff vs dense`: against the dense run of the same seed and rule in this file; "
-        "the dense "
-        "runs were redone with the (decoder, sigmoid) ones (fb237 seeds 0 / 1 / 2 before: "
-        "0.774 / 0.781 / 0.761, wn18rr 0.921 / 0.922 / 0.914, with the (mlp, "
-        "straight_through) runs' code), so the older rows' diffs mix commits; "
-        "`benchmarks/results/pruned_gap.md` splits the gap by answers within / beyond the "
-        "heads' 6-hop horizon",
+        "- `diff vs dense`: against the dense run of the same split, epochs, seed, prior and "
+        "rule in this file (see the commit column); `benchmarks/results/pruned_gap.md` splits "
+        "the gap by answers within / beyond the heads' 6-hop horizon",
         "- machine: 2 CPU cores shared with other jobs, one torch thread per run, runs one "
         "after the other or (`--jobs 2`) two side by side; `cpu s` = the run's process CPU "
         "seconds (training + evaluation)",
