@@ -15,7 +15,8 @@ beside.  ``--epochs`` cuts the preset's 20 epochs
 Each run starts afresh (an older folder of its name is moved aside) unless ``--resume``: then a
 run the storage holds continues from its last checkpoint (the trainer's exact resume, the same
 result as one uninterrupted run), so a batch of 20-epoch runs can stop with a session and go on
-in the next; a run that had finished is only evaluated again.  Resume a batch only with the code
+in the next; a run that finished and is in the table already is skipped.  Resume a batch only
+with the code
 it started with: the entry's commit is the code of its last piece (``resumed_from_step`` says
 where that piece began).
 
@@ -194,6 +195,12 @@ class Cell(NamedTuple):
     overrides: tuple[str, ...] = ()  # more config overrides (not in the run's name)
     priority: str | None = None  # model.prune.priority (None: the config's default)
     gate: str | None = None  # model.prune.gate (None: the config's default)
+
+
+def done_before(cell: Cell, recorded: set[str | None]) -> bool:
+    """Whether the cell's run finished in its storage and its row is among ``recorded``."""
+    name = run_name(*cell[:4], cell.unvisited, cell.prior, cell.priority, cell.gate)
+    return name in recorded and (Path(cell.storage) / "runs" / name / "results.json").is_file()
 
 
 def run_one(cell: Cell) -> dict:
@@ -399,6 +406,9 @@ def main(argv: list[str] | None = None) -> int:
             for seed in args.seeds
             for ratio in args.ratios
         ]
+        if args.resume:  # a finished run whose row is in the table: nothing left to do
+            recorded = {e.get("run_name") for e in entries}
+            cells = [c for c in cells if not done_before(c, recorded)]
         with ThreadPoolExecutor(args.jobs) as pool:  # results written as each run ends
             for done in as_completed([pool.submit(run_one, c) for c in cells]):
                 e = done.result()
