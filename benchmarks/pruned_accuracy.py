@@ -16,9 +16,8 @@ Each run starts afresh (an older folder of its name is moved aside) unless ``--r
 run the storage holds continues from its last checkpoint (the trainer's exact resume, the same
 result as one uninterrupted run), so a batch of 20-epoch runs can stop with a session and go on
 in the next; a run that finished and is in the table already is skipped.  Resume a batch only
-with the code
-it started with: the entry's commit is the code of its last piece (``resumed_from_step`` says
-where that piece began).
+with the code it started with: the entry's commit is the code of its last piece
+(``resumed_from_step`` says where that piece began).
 
 Results accumulate in ``benchmarks/results/pruned_accuracy.json`` (one entry per run) and
 ``pruned_accuracy.md``.
@@ -196,11 +195,15 @@ class Cell(NamedTuple):
     priority: str | None = None  # model.prune.priority (None: the config's default)
     gate: str | None = None  # model.prune.gate (None: the config's default)
 
+    @property
+    def run_name(self) -> str:
+        return run_name(*self[:4], self.unvisited, self.prior, self.priority, self.gate)
+
 
 def done_before(cell: Cell, recorded: set[str | None]) -> bool:
     """Whether the cell's run finished in its storage and its row is among ``recorded``."""
-    name = run_name(*cell[:4], cell.unvisited, cell.prior, cell.priority, cell.gate)
-    return name in recorded and (Path(cell.storage) / "runs" / name / "results.json").is_file()
+    done = Path(cell.storage) / "runs" / cell.run_name / "results.json"
+    return cell.run_name in recorded and done.is_file()
 
 
 def run_one(cell: Cell) -> dict:
@@ -224,22 +227,23 @@ def run_one(cell: Cell) -> dict:
         "prior": cell.prior,
         "resumed_from_step": last.get("resumed_from_step"),  # wall / CPU s: this piece only
         "command": " ".join(cmd[1:]),
-        "run_name": run_name(*cell[:4], cell.unvisited, cell.prior, cell.priority, cell.gate),
+        "run_name": cell.run_name,
         "when_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
     }
 
 
-def record(out: Path, entry: dict) -> list[dict]:
-    """Add ``entry`` to ``<out>/pruned_accuracy.json`` (replacing the same cell's older entry)
-    and rewrite the table; read and written under a lock, so two batches running side by side
-    keep each other's entries.  Returns every entry."""
+def record(out: Path, entry: dict | None = None) -> list[dict]:
+    """Add ``entry`` (if any) to ``<out>/pruned_accuracy.json``, replacing the same cell's older
+    entry, and rewrite the table; read and written under a lock, so two batches running side by
+    side keep each other's entries.  Returns every entry."""
     path = out / "pruned_accuracy.json"
     lock = os.open(out, os.O_RDONLY)  # the folder itself: the files are replaced, not edited
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         entries = json.loads(path.read_text()) if path.is_file() else []
-        entries = [x for x in entries if key_of(x) != key_of(entry)] + [entry]
-        write_atomic(path, json.dumps(entries, indent=1))
+        if entry is not None:
+            entries = [x for x in entries if key_of(x) != key_of(entry)] + [entry]
+            write_atomic(path, json.dumps(entries, indent=1))
         write_atomic(out / "pruned_accuracy.md", to_markdown(entries))
     finally:
         os.close(lock)  # and with it the lock
@@ -386,7 +390,6 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "pruned_accuracy.json"
-    entries = json.loads(path.read_text()) if path.is_file() else []
     if not args.collect:
         cells = [
             Cell(
@@ -407,20 +410,21 @@ def main(argv: list[str] | None = None) -> int:
             for ratio in args.ratios
         ]
         if args.resume:  # a finished run whose row is in the table: nothing left to do
+            entries = json.loads(path.read_text()) if path.is_file() else []
             recorded = {e.get("run_name") for e in entries}
             cells = [c for c in cells if not done_before(c, recorded)]
         with ThreadPoolExecutor(args.jobs) as pool:  # results written as each run ends
             for done in as_completed([pool.submit(run_one, c) for c in cells]):
                 e = done.result()
                 keep_ranks(e, args.storage, out)
-                entries = record(out, e)
+                record(out, e)
                 print(
                     f"{e['preset']} {e['ratio']} s{e['seed']}: hits@10_50 "
                     f"{e['test']['hits@10_50']:.3f} mrr {e['test']['mrr']:.3f} "
                     f"({e['cpu_s']:.0f} CPU s)",
                     flush=True,
                 )
-    write_atomic(out / "pruned_accuracy.md", to_markdown(entries))
+    record(out)  # the table from the file, as every batch beside this one left it
     return 0
 
 

@@ -20,10 +20,11 @@ SCRIPT = REPO / "benchmarks" / "pruned_accuracy.py"
 RUN = "pruned-default-dense-s0-e2"
 
 
-def batch(storage: Path, out: Path, *extra: str) -> subprocess.Popen:
+def batch(storage: Path, out: Path, *extra: str, steps: int = 300) -> subprocess.Popen:
+    """The script on the default preset, ``steps`` steps with a checkpoint every 100."""
     cmd = [sys.executable, str(SCRIPT), "--presets", "default", "--ratios", "dense",
            "--epochs", "2", "--storage", str(storage), "--out", str(out),
-           "--override", "train.max_steps=300", "--override", "checkpoint.every_steps=100",
+           "--override", f"train.max_steps={steps}", "--override", "checkpoint.every_steps=100",
            *extra]  # fmt: skip
     return subprocess.Popen(
         cmd, cwd=REPO, start_new_session=True, text=True,
@@ -88,36 +89,12 @@ def test_a_priority_and_gate_other_than_the_defaults_name_the_run_and_label_its_
 
 
 def test_two_batches_side_by_side_keep_each_others_rows(tmp_path):
-    quick = ["--override", "train.max_steps=20"]
     procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                str(SCRIPT),
-                "--presets",
-                "default",
-                "--ratios",
-                "dense",
-                "--epochs",
-                "1",
-                "--seeds",
-                str(seed),
-                "--storage",
-                str(tmp_path / "s"),
-                "--out",
-                str(tmp_path / "out"),
-                *quick,
-            ],
-            cwd=REPO,
-            text=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )  # fmt: skip
-        for seed in (0, 1)
+        batch(tmp_path / "s", tmp_path / "out", "--seeds", str(seed), steps=20) for seed in (0, 1)
     ]
     for proc in procs:
         finish(proc)
     rows = json.loads((tmp_path / "out" / "pruned_accuracy.json").read_text())
     assert sorted(e["seed"] for e in rows) == [0, 1]
     table = (tmp_path / "out" / "pruned_accuracy.md").read_text()
-    assert all(f"pruned-default-dense-s{s}-e1" in table for s in (0, 1))
+    assert all(f"pruned-default-dense-s{s}-e2" in table for s in (0, 1))
