@@ -30,6 +30,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -205,6 +206,20 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def recorded_command(argv: list[str]) -> str:
+    """The command that runs these cells: ``argv`` quoted, less ``--collect`` and ``--reading``
+    (a summary's own options, which the cells do not depend on)."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--reading":
+            skip = True
+        elif arg != "--collect" and not arg.startswith("--reading="):
+            kept.append(arg)
+    return shlex.join(["python", "benchmarks/accuracy_commits.py", *kept])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--commits", nargs=2, required=True)
@@ -251,7 +266,7 @@ def main() -> None:
         "preset": args.preset,
         "commits": commits,
         "seeds": " ".join(map(str, args.seeds)),
-        "command": "python benchmarks/accuracy_commits.py " + " ".join(sys.argv[1:]),
+        "command": recorded_command(sys.argv[1:]),
         "machine": f"{platform.node()}, {os.cpu_count()} CPUs, "
         f"{platform.processor() or platform.machine()}, torch {torch.__version__}",
         "load": args.load,
