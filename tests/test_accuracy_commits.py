@@ -41,8 +41,8 @@ def test_summary_keeps_each_commits_values_and_the_rule_columns_only():
 
 
 def test_the_recorded_command_reruns_the_cells():
-    argv = ["--commits", "884af48", "HEAD", "--collect", "--reading", "no loss",
+    argv = ["--commits", "main", "HEAD", "--collect", "--reading", "no loss",
             "--load", "two cells at a time", "--reading=again"]  # fmt: skip
     assert recorded_command(argv) == (
-        "python benchmarks/accuracy_commits.py --commits 884af48 HEAD --load 'two cells at a time'"
+        "python benchmarks/accuracy_commits.py --commits main HEAD --load 'two cells at a time'"
     )
