@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -42,10 +41,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
+from paper_inductive_table import prior_verdicts, to_markdown  # noqa: E402
 from provenance import cpu_model, git_commit, write_atomic  # noqa: E402
 
 ARCHIVE = HERE / "results" / "paper_inductive_runs"
-ORDER = [f"{d}_ind_v{i}" for d in ("fb237", "wn18rr") for i in range(1, 5)]
 # the sweeps' split order: cheapest first (the presets' times in docs/configs.md), so a short
 # piece still finishes cells
 BY_COST = ["fb237_ind_v1", "wn18rr_ind_v1", "fb237_ind_v2", "wn18rr_ind_v4",
@@ -346,83 +345,11 @@ def archived(archive: Path = ARCHIVE) -> tuple[list[dict], list[str]]:
     return done, todo
 
 
-def _ms(values: list[float]) -> str:
-    if not values:
-        return ""
-    if len(values) == 1:
-        return f"{values[0]:.3f}"
-    return f"{statistics.mean(values):.3f} +- {statistics.stdev(values):.3f}"
-
-
-def to_markdown(rows: list[dict], todo: list[str], load: str) -> str:
-    from cmpnn_dist.paper import PEERS, paper_value
-
-    lines = [
-        "# The paper's inductive table on the eight GraIL splits (basic C-MPNN, full budget)",
-        "",
-        "- command: `python benchmarks/paper_inductive.py run --storage STORE` (the three "
-        "sweeps, in pieces), `save`, then `table`; each cell's files are in "
-        "`paper_inductive_runs/<sweep>/<cell>/`",
-        f"- machine: 2-core VM, no GPU, one trial per core, one torch thread each; load: {load}",
-        f"- commit: {git_commit('--short=12', mark_dirty=True)} (this table); each cell ran "
-        "from the code of the sweep's checkout at its time; date "
-        f"{time.strftime('%Y-%m-%d', time.gmtime())}",
-        "- model: the presets' basic C-MPNN (sum, MSG 1, INIT 2, f(t) = t, no readout, "
-        "6 x 32), 20 epochs, Adam 5e-3, batch 8, 32 negatives, best epoch by valid MRR; "
-        "`+ prior`: the same with `model.prior=relations` (dense)",
-        "- metric: test Hits@10 against 50 negatives under the paper's rule "
-        "(`eval.hits_negatives_rule=paper`, HxyScotthuang/CMPNN `cmpnn/task.py`); "
-        "`our filter`: every known fact of the test graph removed (`eval.filter=all`); "
-        "`paper's filter`: only the inductive fact graph's answers removed, the other test "
-        "answers count as negatives (`eval.filter=facts`, as that code's "
-        "`InductiveKnowledgeGraphCompletion.target`); mean +- sample std over seeds",
-        "- the paper: Table 1 (inductive-table-cmpnn), row sum / MSG 1 / f(t) = t; NBFNet: "
-        "Zhu et al., NeurIPS 2021, inductive relation prediction table (Hits@10 of 50)",
-        "- `ran on`: the CPU of each piece of the cell (`paper_inductive_runs/<cell>/pieces.json`)"
-        "; float-level differences between CPUs move one 20-epoch cell about as much as a "
-        "change of seed does (`accuracy_commits_fb237_ind_v1.md`), so a cell is one draw, and "
-        "the seeds' spread is the error bar",
-        "",
-        "| split | seeds | ours, our filter | ours, paper's filter | test MRR | the paper "
-        "| NBFNet (published) | + prior, our filter | + prior, paper's filter |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for split in ORDER:
-        basic = [r for r in rows if r["split"] == split and r["variant"] == "basic"]
-        prior = [r for r in rows if r["split"] == split and r["variant"] == "prior"]
-        if not basic and not prior:
-            continue
-        sig = {"data.name": split, "model.aggregate": "sum", "model.message": 1,
-               "model.history": "t", "model.init": 2, "model.readout": "none"}  # fmt: skip
-        paper = paper_value(sig, "test_hits@10_50")
-        lines.append(
-            f"| {split} | {', '.join(str(r['seed']) for r in basic)} "
-            f"| {_ms([r['test']['hits@10_50'] for r in basic])} "
-            f"| {_ms([r['facts']['hits@10_50'] for r in basic])} "
-            f"| {_ms([r['test']['mrr'] for r in basic])} "
-            f"| {paper[0] if paper else ''} | {PEERS['NBFNet'].get(split, '')} "
-            f"| {_ms([r['test']['hits@10_50'] for r in prior])} "
-            f"| {_ms([r['facts']['hits@10_50'] for r in prior])} |"
-        )
-    head = (
-        "| split | variant | seed | hits@10_50 (our / paper's filter) | MRR (our / paper's filter)"
-    )
-    lines += ["", "Per cell:", "", head + " | ran on | cell |", "|---|---|---|---|---|---|---|"]
-    for r in sorted(rows, key=lambda r: (ORDER.index(r["split"]), r["variant"], r["seed"])):
-        lines.append(
-            f"| {r['split']} | {r['variant']} | {r['seed']} | {r['test']['hits@10_50']:.3f} / "
-            f"{r['facts']['hits@10_50']:.3f} | {r['test']['mrr']:.3f} / {r['facts']['mrr']:.3f} "
-            f"| {' + '.join(r['cpus'])} | `{r['run']}` |"
-        )
-    if todo:
-        lines += ["", f"Not finished yet ({len(todo)} cells): " + ", ".join(todo)]
-    return "\n".join(lines) + "\n"
-
-
 def table(out: Path, load: str, archive: Path = ARCHIVE) -> str:
     rows, todo = archived(archive)
     write_atomic(
-        out / "paper_inductive_cpu.json", json.dumps({"cells": rows, "todo": todo}, indent=1)
+        out / "paper_inductive_cpu.json",
+        json.dumps({"cells": rows, "todo": todo, "prior_verdicts": prior_verdicts(rows)}, indent=1),
     )
     text = to_markdown(rows, todo, load)
     write_atomic(out / "paper_inductive_cpu.md", text)

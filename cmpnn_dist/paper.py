@@ -130,3 +130,23 @@ def signature(cfg: Any) -> dict[str, Any]:
         section, name = key.split(".")
         out[key] = getattr(getattr(cfg, section), name)
     return out
+
+
+def _label(cond: dict[str, Any]) -> str:
+    readout = {"none": "no readout", "sum": "global sum readout", "relation": "relation readout"}
+    return (
+        f"C-MPNN {cond['model.aggregate']} / MSG {cond['model.message']} / "
+        f"f(t) = {cond['model.history']} / INIT {cond['model.init']} / "
+        f"{readout[cond['model.readout']]}"
+    )
+
+
+def published(split: str, metric: str = "test_hits@10_50") -> dict[str, float]:
+    """Every published figure for ``split`` and ``metric``: the paper's C-MPNN rows, each once
+    (a row two tables share, e.g. INIT 2 in the initialization table and Table 1, counts once),
+    labelled by its config, then the peers (``PEERS``) under their names.  ``{label: value}``."""
+    out: dict[str, float] = {}
+    for _, cond, m, value in ENTRIES:
+        if m == metric and cond.get("data.name") == split and "model.aggregate" in cond:
+            out.setdefault(_label(cond), value)
+    return out | peer_values(split, metric)
