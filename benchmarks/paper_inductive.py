@@ -12,8 +12,8 @@ different machines: the cells travel in git, in ``benchmarks/results/paper_induc
     python benchmarks/paper_inductive.py table                    # the table from the archive
 
 ``run`` first restores the archive into ``STORE`` (a cell the store lacks, or holds at an
-earlier step), then runs the three sweeps in stages (``STAGES``: every sweep's cells on the four
-cheapest splits, then on the next two, then on all eight), so the seeds and the prior's cells on
+earlier step), then runs the three sweeps in stages (``STAGES``: every sweep's cells on the two
+cheapest splits, then on the next two, the next two and the last two), so the seeds and the prior's cells on
 the cheap splits do not wait for the dearest splits; a stopped sweep resumes its unfinished
 cells from their newest checkpoint, never from step 0, and skips the finished ones (``run
 --print`` prints the commands). ``save`` copies into the archive, for each finished cell,
@@ -59,7 +59,7 @@ SWEEPS: dict[str, tuple[str, list[str], list[str], list[int]]] = {
 
 # ``run``'s order: each stage runs every sweep's cells on its splits, so the seeds and the
 # prior's cells on the cheap splits finish before the dearest splits' cells start
-STAGES = [BY_COST[:4], BY_COST[:6], BY_COST]
+STAGES = [BY_COST[:2], BY_COST[:4], BY_COST[:6], BY_COST]
 
 
 def sweep_overrides(name: str, storage: Path, only: list[str] | None = None) -> list[str]:
