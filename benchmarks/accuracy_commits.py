@@ -30,7 +30,6 @@ import json
 import math
 import os
 import platform
-import shlex
 import statistics
 import subprocess
 import sys
@@ -38,7 +37,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from provenance import REPO, git_commit, write_atomic
+from provenance import REPO, command_line, git_commit, write_atomic
 
 sys.path.insert(0, str(REPO))  # this checkout's cmpnn_dist re-scores the ranks
 
@@ -209,15 +208,7 @@ def markdown(result: dict) -> str:
 def recorded_command(argv: list[str]) -> str:
     """The command that runs these cells: ``argv`` quoted, less ``--collect`` and ``--reading``
     (a summary's own options, which the cells do not depend on)."""
-    kept, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == "--reading":
-            skip = True
-        elif arg != "--collect" and not arg.startswith("--reading="):
-            kept.append(arg)
-    return shlex.join(["python", "benchmarks/accuracy_commits.py", *kept])
+    return command_line(__file__, argv, drop_flags=("--collect",), drop_options=("--reading",))
 
 
 def main() -> None:

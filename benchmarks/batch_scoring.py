@@ -42,7 +42,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
-from provenance import git_commit, write_atomic  # noqa: E402
+from provenance import command_line, git_commit, write_atomic  # noqa: E402
 
 GRAPHS = {
     "rule_kg": {
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     result = {
         "benchmark": "batch_scoring",
-        "command": "python benchmarks/batch_scoring.py " + " ".join(argv or sys.argv[1:]),
+        "command": command_line(__file__, argv or sys.argv[1:]),
         "machine": f"{platform.platform()}, {platform.machine()}, {os.cpu_count()} CPU cores "
         f"(a VM shared with other jobs), no GPU; torch {torch.__version__}",
         "load": f"1-minute load average {load_before:.1f} before -> {load_after:.1f} after"

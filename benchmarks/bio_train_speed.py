@@ -44,7 +44,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 from message_passing import RssPeak, save_results  # noqa: E402
-from provenance import git_commit  # noqa: E402
+from provenance import command_line, git_commit  # noqa: E402
 
 from cmpnn_dist.cli import compose_config  # noqa: E402
 from cmpnn_dist.convert.prepare import ensure_dataset  # noqa: E402
@@ -316,9 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     res = json.loads(path.read_text()) if path.is_file() else {"results": {}}
     res["machine"] = machine()
     graphs = ["biokg", "hetionet"] if args.graph == "both" else [args.graph]
-    command = "python benchmarks/bio_train_speed.py " + " ".join(
-        argv if argv is not None else sys.argv[1:]
-    )
+    command = command_line(__file__, argv if argv is not None else sys.argv[1:])
 
     def save(r: dict) -> None:
         r.update(

@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from provenance import cpu_model, git_commit, write_atomic  # noqa: E402
+from provenance import command_line, cpu_model, git_commit, write_atomic  # noqa: E402
 
 RUN = "chaos"
 # a Ray system process of the run's local cluster: (kind, pattern on the command line)
@@ -421,7 +421,7 @@ def summarize(args: argparse.Namespace, chaos: Chaos, wall: float, straight: dic
     finished = bool(chaos.attempts) and chaos.attempts[-1]["exit"] == 0
     identical = bool(comparison and comparison["identical"])
     return {
-        "command": "python benchmarks/chaos.py " + " ".join(sys.argv[1:]),
+        "command": command_line(__file__, sys.argv[1:]),
         "train_command": " ".join(train_cmd(args, Path("<root>"))).replace(
             sys.executable, "python"
         ),

@@ -49,7 +49,7 @@ set_openmp_defaults()  # OMP_WAIT_POLICY=PASSIVE before torch loads libgomp, as 
 
 import torch  # noqa: E402
 from message_passing import load_graph  # noqa: E402
-from provenance import git_commit, write_atomic  # noqa: E402
+from provenance import command_line, git_commit, write_atomic  # noqa: E402
 
 from cmpnn_dist.graph import Graph  # noqa: E402
 from cmpnn_dist.ops import available_impls, cpu_build, propagate  # noqa: E402
@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         "kernel": cpu_build.status(),
         "thp": os.environ.get("THP_MEM_ALLOC_ENABLE", ""),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),  # PASSIVE unless set
-        "command": "python benchmarks/cpu_kernel.py " + " ".join(argv or sys.argv[1:]),
+        "command": command_line(__file__, argv or sys.argv[1:]),
         "batch": args.batch,
         "dim": args.dim,
         "rounds": args.rounds,

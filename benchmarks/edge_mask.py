@@ -21,6 +21,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from message_passing import load_graph, save_results, timed  # noqa: E402
+from provenance import command_line  # noqa: E402
 
 
 def isin_mask(graph, triples: torch.Tensor, mode: str, negatives: torch.Tensor) -> torch.Tensor:
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         "graph": f"synthetic:biokg_scale ({graph.num_nodes} nodes, {graph.num_edges} edges)",
         "device": card,
         "torch": torch.__version__,
-        "command": "python " + " ".join([sys.argv[0], *(argv or sys.argv[1:])]),
+        "command": command_line(__file__, argv or sys.argv[1:]),
         "batch": 8,
         "negatives": 32,
         "reps": args.reps,

@@ -39,6 +39,8 @@ import sys
 import time
 from pathlib import Path
 
+from provenance import command_line
+
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = [sys.executable, "-m", "cmpnn_dist.train"]
 WINDOW = 50
@@ -248,7 +250,7 @@ def main() -> None:
         "card": card,
         "torch": torch.__version__,
         "commit": commit,
-        "command": "python benchmarks/gpu_e2e.py " + " ".join(sys.argv[1:]),
+        "command": command_line(__file__, sys.argv[1:]),
         "load_average": os.getloadavg(),
         "cpu_count": os.cpu_count(),
         "runs": rows,

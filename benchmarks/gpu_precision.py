@@ -32,7 +32,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from message_passing import save_results  # noqa: E402
-from provenance import git_commit  # noqa: E402
+from provenance import command_line, git_commit  # noqa: E402
 from pruned_speed import Batches, build_graph, make_model  # noqa: E402
 
 from cmpnn_dist.graph import graph_from_triples  # noqa: E402
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
         "commit": commit,
         "when_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-        "command": "python benchmarks/gpu_precision.py " + " ".join(sys.argv[1:]),
+        "command": command_line(__file__, sys.argv[1:]),
         "layers": data["layers"],
         "dim": args.dim,
         "batch": args.batch,

@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from provenance import REPO, git_commit, write_atomic
+from provenance import REPO, command_line, git_commit, write_atomic
 
 sys.path.insert(0, str(REPO))  # this checkout's cmpnn_dist, whatever is installed
 
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     res = {
         "benchmark": "hits_rules",
-        "command": "python benchmarks/hits_rules.py " + " ".join(argv or sys.argv[1:]),
+        "command": command_line(__file__, argv or sys.argv[1:]),
         "commit": git_commit("--short=12", mark_dirty=True),
         "machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs",
         "loadavg_before": load_before,

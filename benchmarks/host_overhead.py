@@ -43,6 +43,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 from _host_sync import OpLog  # noqa: E402  (the tests' log of dispatched aten ops)
 from message_passing import save_results  # noqa: E402
+from provenance import command_line  # noqa: E402
 
 
 def wrapper_at(rev: str) -> ModuleType:
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "host_overhead",
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
         f"python {platform.python_version()}",
-        "command": "python " + " ".join([sys.argv[0], *(argv or sys.argv[1:])]),
+        "command": command_line(__file__, argv or sys.argv[1:]),
         "note": "fused wrapper's host time with Triton launches intercepted (not run); "
         f"{n} nodes, {graph.num_edges} edges, B 2, d 4, MSG 2 sum; medians"
         + (f"; baseline = triton_mp.py at {args.baseline}, interleaved" if args.baseline else ""),

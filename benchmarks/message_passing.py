@@ -38,6 +38,7 @@ from cmpnn_dist.graph import Graph
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import output_check  # noqa: E402
+from provenance import command_line  # noqa: E402
 
 N_NODES, N_REL = 93_773, 51
 CASES = [  # name, message kind, aggregators, dtype, implementations
@@ -346,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         "batch": args.batch,
         "dim": args.dim,
         "reps": args.reps,
-        "command": "python " + " ".join([sys.argv[0], *(argv or sys.argv[1:])]),
+        "command": command_line(__file__, argv or sys.argv[1:]),
         "cases": {},
     }
     floor = sparse_layer(graph, args.device)

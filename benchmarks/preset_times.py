@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 import torch
-from provenance import git_commit, ops_paths, write_atomic
+from provenance import command_line, git_commit, ops_paths, write_atomic
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -202,7 +202,7 @@ def main() -> None:
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = {"benchmark": "preset_times", "machine": machine, "commit": commit,
-           "command": "python benchmarks/preset_times.py " + " ".join(sys.argv[1:]),
+           "command": command_line(__file__, sys.argv[1:]),
            "rows": rows}  # fmt: skip
     for name, body in (("preset_times_cpu.json", json.dumps(out, indent=1)),
                        ("preset_times_cpu.md", text)):  # fmt: skip

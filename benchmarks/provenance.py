@@ -7,8 +7,9 @@ Shared by the benchmark scripts (run as ``python benchmarks/NAME.py``, so this f
 from __future__ import annotations
 
 import platform
+import shlex
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -34,6 +35,34 @@ def git_commit(*rev_flags: str, mark_dirty: bool = False) -> str:
         return rev + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def command_line(
+    script: str,
+    argv: Sequence[str],
+    drop_flags: Iterable[str] = (),
+    drop_options: Iterable[str] = (),
+) -> str:
+    """The shell command that reruns a benchmark: ``python benchmarks/<script's file name>``
+    and ``argv``, each argument quoted (``shlex.join``), so that ``shlex.split`` of the result
+    gives the arguments back.
+
+    ``script`` is the caller's ``__file__``.  Arguments equal to a name in ``drop_flags`` are
+    left out, and so is a name in ``drop_options`` with its value, in both spellings
+    (``--opt VALUE`` and ``--opt=VALUE``): options that shape a summary, not the figures it
+    records.  Names are matched whole, as argparse sees them on the command line; an argument
+    that only begins like one (``--collect-all``, the value ``"--collect this"`` of another
+    option) is kept, and so are abbreviations argparse would accept.
+    """
+    flags, options = frozenset(drop_flags), frozenset(drop_options)
+    kept: list[str] = []
+    args = iter(argv)
+    for arg in args:
+        if arg in options:
+            next(args, None)  # the option's value
+        elif arg not in flags and arg.split("=", 1)[0] not in options:
+            kept.append(arg)
+    return shlex.join(["python", f"benchmarks/{Path(script).name}", *kept])
 
 
 def cpu_model() -> str:

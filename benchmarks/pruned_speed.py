@@ -47,7 +47,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 from message_passing import RssPeak, save_results  # noqa: E402
-from provenance import git_commit  # noqa: E402
+from provenance import command_line, git_commit  # noqa: E402
 
 from cmpnn_dist.config import ModelConfig, OpsConfig, PruneConfig  # noqa: E402
 from cmpnn_dist.graph import graph_from_triples  # noqa: E402
@@ -337,7 +337,7 @@ def summarise(
         "loadavg": [round(x, 2) for x in os.getloadavg()],
         "commit": args.commit,
         "when_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-        "command": "python benchmarks/pruned_speed.py " + " ".join(sys.argv[1:]),
+        "command": command_line(__file__, sys.argv[1:]),
     }
 
 

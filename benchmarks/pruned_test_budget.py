@@ -31,7 +31,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from provenance import git_commit, write_atomic  # noqa: E402
+from provenance import command_line, git_commit, write_atomic  # noqa: E402
 from pruned_accuracy import PAPER_HITS, command, last_json, prune_variant  # noqa: E402
 
 
@@ -93,7 +93,7 @@ def to_markdown(rows: list[dict], ratios: list[str]) -> str:
     lines = [
         "# Pruned training, wider evaluation (GraIL inductive v1 splits)",
         "",
-        f"`python benchmarks/pruned_test_budget.py {' '.join(sys.argv[1:])}`: trained at "
+        f"`{command_line(__file__, sys.argv[1:])}`: trained at "
         f"node_ratio {r0['ratio']} "
         f"({r0['variant']}), {r0['epochs']} epochs (the presets train 20: a **reduced "
         "budget**), the dense model trained the same way in the same script run; the pruned "

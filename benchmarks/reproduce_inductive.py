@@ -35,6 +35,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from provenance import command_line, git_commit
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 PAPER_HITS10 = {  # Table 2, sum / MSG 1 / f(t) = t, INIT 2
@@ -207,7 +209,7 @@ def main() -> None:
             )
     result = {
         "benchmark": "reproduce_inductive",
-        "command": "python benchmarks/reproduce_inductive.py " + " ".join(sys.argv[1:]),
+        "command": command_line(__file__, sys.argv[1:]),
         "machine": f"{platform.node()}, {os.cpu_count()} CPUs, "
         f"{platform.processor() or platform.machine()}, torch {torch.__version__}",
         "note": "seconds_per_epoch: median over epochs of the epoch's wall time (training + "
@@ -233,12 +235,11 @@ def main() -> None:
 
 def rescore_committed(unlabelled_rule: str | None) -> dict:
     sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's cmpnn_dist
-    from provenance import git_commit
 
     result = json.loads((RESULTS / "reproduce_inductive.json").read_text())
     result = rescore(result, unlabelled_rule)
     result["rescored"] = {
-        "command": "python benchmarks/reproduce_inductive.py " + " ".join(sys.argv[1:]),
+        "command": command_line(__file__, sys.argv[1:]),
         "commit": git_commit("--short=12", mark_dirty=True),
         "when_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
     }

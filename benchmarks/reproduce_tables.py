@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from provenance import command_line
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 PAPER_SEEDS = 5  # "averaged results of five independent runs" (appendix F / G)
@@ -194,7 +196,7 @@ def write(reduced: list[dict], full: list[dict], epochs: int, times: dict) -> No
         "# The paper's INIT / readout / transductive tables on CPU (reduced budget)",
         "",
         f"- machine: {machine}; commit {commit}; load average at write (1/5/15 min): {load}",
-        f"- command: `python {' '.join(shlex.quote(a) for a in sys.argv)}`",
+        f"- command: `{command_line(__file__, sys.argv[1:])}`",
         "",
         f"## Reduced budget: {epochs} epoch(s), 1 seed -- NOT the paper's protocol",
         "",

@@ -33,7 +33,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from provenance import REPO, git_commit, write_atomic
+from provenance import REPO, command_line, git_commit, write_atomic
 
 
 def free_port() -> int:
@@ -147,7 +147,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.rounds < 1 or args.seconds <= 0 or min(args.clients) < 1 or max(args.clients) > 256:
         sys.exit("error: --rounds >= 1, --seconds > 0, --clients in [1, 256]")
-    command = "python benchmarks/serve_load.py " + " ".join(sys.argv[1:])
+    command = command_line(__file__, sys.argv[1:])
     load_start = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="serve_load_") as tmp:
         tmpdir = Path(tmp)

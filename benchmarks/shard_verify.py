@@ -31,7 +31,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from provenance import REPO, git_commit, write_atomic
+from provenance import REPO, command_line, git_commit, write_atomic
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODES = ("none", "full", "stamp_hit", "stamp_miss")
@@ -129,10 +129,9 @@ def main() -> None:
     for m in MODES:
         assert all(x["stamped_files"] == len(manifest["files"]) for x in rows[m] if m != "none")
     base = med["none"]["total_s"]
-    command = "python benchmarks/shard_verify.py " + " ".join(sys.argv[1:])
     res = {
         "benchmark": "shard_verify",
-        "command": command.strip(),
+        "command": command_line(__file__, sys.argv[1:]),
         "date": started,
         "commit": git_commit(mark_dirty=True),
         "machine": {

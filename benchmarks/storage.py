@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from provenance import command_line
+
 RESULTS = Path(__file__).resolve().parent / "results"
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -184,7 +186,7 @@ def main() -> None:
     conv_s = med(conv, "s")
     res = {
         "benchmark": "storage",
-        "command": "python benchmarks/storage.py " + " ".join(sys.argv[1:]),
+        "command": command_line(__file__, sys.argv[1:]),
         "machine": {
             "platform": platform.platform(),
             "processor": platform.processor(),

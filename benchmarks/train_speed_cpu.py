@@ -39,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from provenance import cpu_model, git_commit, ops_paths
+from provenance import command_line, cpu_model, git_commit, ops_paths
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -305,7 +305,7 @@ def pairs(runs: list[dict]) -> list[dict]:
 def write_results(args: argparse.Namespace, runs: list[dict], skip: str, commit: str) -> None:
     import torch
 
-    command = "python benchmarks/train_speed_cpu.py " + " ".join(sys.argv[1:])
+    command = command_line(__file__, sys.argv[1:])
     for row in runs:
         row.update(command_index=0)
     commands, commits = [command], [commit]

@@ -43,6 +43,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from message_passing import N_REL, RssPeak, load_graph, save_results  # noqa: E402
 from profile_fused import kernel_table  # noqa: E402
+from provenance import command_line  # noqa: E402
 
 
 def small_graph() -> Graph:
@@ -264,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{graph.num_relations} relation ids)",
         "device": card, "torch": torch.__version__, "python": platform.python_version(),
         "batch": args.batch, "negatives": args.negatives, "dim": args.dim, "layers": args.layers,
-        "reps": args.reps, "command": "python " + " ".join([sys.argv[0], *(argv or sys.argv[1:])]),
+        "reps": args.reps, "command": command_line(__file__, argv or sys.argv[1:]),
         "results": {},
     }  # fmt: skip
     if os.environ.get("CMPNN_TRITON_CONFIGS"):  # the fused kernels' tuning space, if cut

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from provenance import git_commit, write_atomic
+from provenance import command_line, git_commit, write_atomic
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -98,7 +98,7 @@ def main() -> int:
     result = {
         "commit": commit,
         "machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs",
-        "command": "python benchmarks/train_step_cpu_kernel.py " + " ".join(sys.argv[1:]),
+        "command": command_line(__file__, sys.argv[1:]),
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "runs": runs,
         "pairs": table,

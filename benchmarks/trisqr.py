@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import torch
+from provenance import command_line
 
 from cmpnn_dist.config import ModelConfig, OpsConfig
 from cmpnn_dist.convert.synthetic import trisqr_graphs
@@ -119,7 +120,7 @@ def main() -> None:
     }
     result = {
         "benchmark": "trisqr",
-        "command": "python benchmarks/trisqr.py " + " ".join(sys.argv[1:]),
+        "command": command_line(__file__, sys.argv[1:]),
         "machine": f"{platform.node()} {platform.processor() or platform.machine()}, "
         f"{torch.get_num_threads()} torch threads",
         "epochs": args.epochs,

@@ -38,7 +38,7 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's cmpnn_dist
 
-from provenance import git_commit, write_atomic
+from provenance import command_line, git_commit, write_atomic
 
 from cmpnn_dist.config import ModelConfig, OpsConfig
 from cmpnn_dist.graph import graph_from_triples
@@ -161,7 +161,7 @@ def main() -> None:
             }
     result = {
         "benchmark": "wl_logic",
-        "command": "python benchmarks/wl_logic.py " + " ".join(sys.argv[1:]),
+        "command": command_line(__file__, sys.argv[1:]),
         "git_commit": git_commit("--short"),
         "machine": f"{platform.node()} {platform.machine()} {platform.platform()}, "
         f"{os.cpu_count()} cpus, {torch.get_num_threads()} torch threads",

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))  # this checkout's cmpnn_dist
 sys.path.insert(0, str(ROOT / "tests"))  # the brute-force reference
 
 import _wl_reference as reference  # noqa: E402
-from provenance import git_commit, write_atomic  # noqa: E402
+from provenance import command_line, git_commit, write_atomic  # noqa: E402
 
 from cmpnn_dist.wl import TESTS, read_kg, run_test  # noqa: E402
 
@@ -99,7 +99,7 @@ def main() -> None:
     }
     result = {
         "benchmark": "wl_time",
-        "command": "python benchmarks/wl_time.py " + " ".join(sys.argv[1:]),
+        "command": command_line(__file__, sys.argv[1:]),
         "git_commit": git_commit("--short"),
         "machine": f"{platform.node()} {platform.machine()} {platform.platform()}, "
         f"{os.cpu_count()} cpus, load average {os.getloadavg()[0]:.1f}",
