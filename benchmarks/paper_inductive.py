@@ -13,14 +13,14 @@ different machines: the cells travel in git, in ``benchmarks/results/paper_induc
 
 ``run`` first restores the archive into ``STORE`` (a cell the store lacks, or holds at an
 earlier step), then runs the three sweeps in stages (``STAGES``: every sweep's cells on the two
-cheapest splits, then on the next two, the next two and the last two), so the seeds and the prior's cells on
-the cheap splits do not wait for the dearest splits; a stopped sweep resumes its unfinished
-cells from their newest checkpoint, never from step 0, and skips the finished ones (``run
---print`` prints the commands). ``save`` copies into the archive, for each finished cell,
-its ``results.json`` and the validation rows of its ``metrics.csv`` plus its best weights' test
-metrics under the paper's filter (``eval.filter=facts``, scored once, in this process) and the
-per-query test ranks under both filters (any Hits@10_50 rule scores them again); for
-each unfinished cell, its newest valid checkpoint (model, optimizer, sampler, RNG and the best
+cheapest splits, then on the next two, the next two and the last two), so the seeds and the
+prior's cells on the cheap splits do not wait for the dearest splits; a stopped sweep resumes
+its unfinished cells from their newest checkpoint, never from step 0, and skips the finished
+ones (``run --print`` prints the commands). ``save`` copies into the archive, for each finished
+cell, its ``results.json`` and the validation rows of its ``metrics.csv`` plus its best weights'
+test metrics under the paper's filter (``eval.filter=facts``, scored once, in this process) and
+the per-query test ranks under both filters (any Hits@10_50 rule scores them again); for each
+unfinished cell, its newest valid checkpoint (model, optimizer, sampler, RNG and the best
 weights so far), so the next ``run`` continues it; then it writes the table. ``table`` writes
 ``benchmarks/results/paper_inductive_cpu.{md,json}`` from the archive alone (unfinished cells
 are listed).
