@@ -84,8 +84,8 @@ def prior_verdicts(rows: list[dict]) -> list[dict]:
 
 def who(models: dict[str, float]) -> str:
     """Peers by name; the paper's C-MPNN rows by count and the highest of them."""
-    peers = [f"{m} ({v:.3f})" for m, v in models.items() if not m.startswith("C-MPNN")]
-    rows = {m: v for m, v in models.items() if m.startswith("C-MPNN")}
+    peers = [f"{m} ({v:.3f})" for m, v in models.items() if m in PEERS]
+    rows = {m: v for m, v in models.items() if m not in PEERS}
     if rows:
         top = max(rows, key=rows.get)
         many = f"{len(rows)} of the paper's rows" if len(rows) > 1 else "the paper's row"
