@@ -37,7 +37,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from provenance import REPO, command_line, git_commit, write_atomic
+from provenance import REPO, child_command, command_line, git_commit, write_atomic
 
 sys.path.insert(0, str(REPO))  # this checkout's cmpnn_dist re-scores the ranks
 
@@ -91,7 +91,7 @@ def run_cell(storage: Path, sha: str, preset: str, seed: int, extra: list[str]) 
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with open(log, "a") as fh:
-        fh.write(f"$ {' '.join(cmd[1:])}\n")
+        fh.write(f"$ {child_command(cmd)}\n")
         fh.flush()
         proc = subprocess.run(cmd, cwd=src, env=env, stdout=fh, stderr=subprocess.STDOUT)
     print(
@@ -99,7 +99,7 @@ def run_cell(storage: Path, sha: str, preset: str, seed: int, extra: list[str]) 
         flush=True,
     )
     if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed; see {log}")
+        raise RuntimeError(f"{child_command(cmd)} failed; see {log}")
     return run_dir
 
 

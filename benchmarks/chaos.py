@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from provenance import command_line, cpu_model, git_commit, write_atomic  # noqa: E402
+from provenance import child_command, command_line, cpu_model, git_commit, write_atomic  # noqa: E402
 
 RUN = "chaos"
 # a Ray system process of the run's local cluster: (kind, pattern on the command line)
@@ -374,7 +374,7 @@ def straight_run(args: argparse.Namespace, root: Path, logs: Path) -> dict:
     """Run the command once, alone (a finished one left in ``--work`` by the same command is
     reused: its log's first line is the command)."""
     log = logs / "straight.log"
-    cmd = " ".join(train_cmd(args, root))
+    cmd = child_command(train_cmd(args, root))
     if (root / "runs" / RUN / "results.json").exists() and log.exists():
         if log.read_text().splitlines()[0] == cmd:
             return {"exit": 0, "wall_s": None, "reused": str(root)}
@@ -422,9 +422,7 @@ def summarize(args: argparse.Namespace, chaos: Chaos, wall: float, straight: dic
     identical = bool(comparison and comparison["identical"])
     return {
         "command": command_line(__file__, sys.argv[1:]),
-        "train_command": " ".join(train_cmd(args, Path("<root>"))).replace(
-            sys.executable, "python"
-        ),
+        "train_command": child_command(train_cmd(args, Path("<root>"))),
         "machine": machine(),
         "load": load,
         "commit": commit,

@@ -39,7 +39,7 @@ import sys
 import time
 from pathlib import Path
 
-from provenance import command_line
+from provenance import child_command, command_line
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = [sys.executable, "-m", "cmpnn_dist.train"]
@@ -59,7 +59,7 @@ RUNS = (
 def start(name: str, args: list[str], store: Path, log_dir: Path) -> tuple[subprocess.Popen, float]:
     cmd = [*TRAIN, *args, f"storage_root={store}", f"run_name={name}", "train.progress=false"]
     log = open(log_dir / f"{name}.log", "a")  # noqa: SIM115 (closed with the process)
-    log.write("$ " + " ".join(cmd) + "\n")
+    log.write(f"$ {child_command(cmd)}\n")
     log.flush()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)

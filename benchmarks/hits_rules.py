@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -125,7 +126,9 @@ def score(name: str, ranks_file: Path, keep: bool = True) -> dict:
         "cell": name,
         "table": table,
         "column": column,
-        "command": " ".join(["python -m cmpnn_dist.train", f"conf={preset}", *overrides, *COMMON]),
+        "command": shlex.join(
+            ["python", "-m", "cmpnn_dist.train", f"conf={preset}", *overrides, *COMMON]
+        ),
         "rankings": len(rank),
         "test_mrr": float((1 / rank).mean()),
         **{f"hits@10_50_{rule}": v for rule, v in rules.items()},

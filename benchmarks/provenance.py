@@ -9,6 +9,7 @@ from __future__ import annotations
 import platform
 import shlex
 import subprocess
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -63,6 +64,16 @@ def command_line(
         elif arg not in flags and arg.split("=", 1)[0] not in options:
             kept.append(arg)
     return shlex.join(["python", f"benchmarks/{Path(script).name}", *kept])
+
+
+def child_command(cmd: Sequence[str]) -> str:
+    """The shell command a benchmark ran as a subprocess (``[sys.executable, "-m", ...]``), as a
+    person would type it: the interpreter's path shown as ``python``, each argument quoted
+    (``shlex.join``), so that ``shlex.split`` of the result gives the arguments back."""
+    parts = list(cmd)
+    if parts and parts[0] == sys.executable:
+        parts[0] = "python"
+    return shlex.join(parts)
 
 
 def cpu_model() -> str:

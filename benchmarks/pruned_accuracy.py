@@ -29,6 +29,7 @@ import argparse
 import fcntl
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -42,7 +43,7 @@ from typing import NamedTuple, get_args
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from provenance import git_commit, write_atomic  # noqa: E402
+from provenance import child_command, git_commit, write_atomic  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 from cmpnn_dist.config import (  # noqa: E402
@@ -149,7 +150,7 @@ def last_json(cmd: list[str]) -> tuple[dict, float]:
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0), err.seek(0)
         if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed:\n{err.read()[-3000:]}")
+            raise RuntimeError(f"{child_command(cmd)} failed:\n{err.read()[-3000:]}")
         return json.loads(out.read().strip().splitlines()[-1]), usage.ru_utime + usage.ru_stime
 
 
@@ -226,7 +227,7 @@ def run_one(cell: Cell) -> dict:
         else prune_variant(cell.unvisited, cell.priority, cell.gate),
         "prior": cell.prior,
         "resumed_from_step": last.get("resumed_from_step"),  # wall / CPU s: this piece only
-        "command": " ".join(cmd[1:]),
+        "command": shlex.join(cmd[1:]),  # the markdown adds `python`
         "run_name": cell.run_name,
         "when_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
     }

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -174,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                 "valid": last["valid"], "cpu_s": round(cpu, 1),
                 "answers": answers(Path(last["run_dir"]), args.storage),
                 "loadavg": [round(x, 2) for x in os.getloadavg()],
-                "command": " ".join(cmd[1:]),
+                "command": shlex.join(cmd[1:]),  # the markdown adds `python`
             }  # fmt: skip
             entries = [x for x in entries if tuple(x["key"]) != key] + [e]
             write_atomic(path, json.dumps(entries, indent=1))

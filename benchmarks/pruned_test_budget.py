@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import sys
 import time
@@ -65,7 +66,7 @@ def one_seed(preset: str, seed: int, args: argparse.Namespace) -> dict:
         cmd = [sys.executable, "-m", "cmpnn_dist.evaluate", f"ckpt={pruned['run_dir']}",
                f"storage_root={args.storage}", f"model.prune.test_node_ratio={t}"]  # fmt: skip
         evals[t] = _metrics(last_json(cmd)[0])
-        cmds.append(" ".join(cmd[1:]))
+        cmds.append(shlex.join(cmd[1:]))
     own = _metrics(pruned)
     return {
         "preset": preset,
@@ -78,7 +79,7 @@ def one_seed(preset: str, seed: int, args: argparse.Namespace) -> dict:
         "test_ratios": evals,
         "same": evals.get(args.ratio) == own if args.ratio in evals else None,
         "commands": [
-            " ".join(command(preset, r, seed, args.epochs, args.storage)[1:])
+            shlex.join(command(preset, r, seed, args.epochs, args.storage)[1:])
             for r in ("dense", args.ratio)
         ]
         + cmds,  # fmt: skip

@@ -35,7 +35,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from provenance import command_line, git_commit
+from provenance import child_command, command_line, git_commit
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -74,9 +74,9 @@ def run_one(preset: str, seed: int, extra: list[str], storage: Path, prefix: str
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"{child_command(cmd)} failed:\n{proc.stderr[-3000:]}")
     run_dir = Path(json.loads(proc.stdout.strip().splitlines()[-1])["run_dir"])
-    return {**run_row(run_dir, preset, seed, " ".join(cmd[1:])), "wall_s": wall}
+    return {**run_row(run_dir, preset, seed, child_command(cmd)), "wall_s": wall}
 
 
 def run_row(run_dir: Path, preset: str, seed: int, command: str) -> dict:

@@ -1,5 +1,5 @@
-"""``benchmarks/provenance.py``'s ``command_line``: the command a results header records,
-on hand-written argument lists.
+"""``benchmarks/provenance.py``'s ``command_line`` and ``child_command``: the commands a
+results file records, on hand-written argument lists.
 
 The recorded command must rerun the benchmark: every argument quoted for the shell, the
 script named as ``benchmarks/<file>`` whatever path it ran from, and only the options the
@@ -14,7 +14,7 @@ import sys
 from conftest import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-from provenance import command_line  # noqa: E402
+from provenance import child_command, command_line  # noqa: E402
 
 
 def test_the_script_is_named_by_its_file_in_benchmarks():
@@ -76,3 +76,15 @@ def test_the_recorded_command_splits_back_into_the_kept_arguments():
     assert shlex.split(line)[:2] == ["python", "benchmarks/x.py"]
     assert shlex.split(line)[2:] == kept
     assert shlex.split(command_line("x.py", argv))[2:] == argv
+
+
+def test_a_subprocess_command_names_python_and_quotes_for_the_shell():
+    cmd = [sys.executable, "-m", "cmpnn_dist.train", "eval.splits=[valid]", "storage_root=<root>"]
+    line = child_command(cmd)
+    # the interpreter's path reads as `python`; the glob and redirection characters are quoted
+    assert line == "python -m cmpnn_dist.train 'eval.splits=[valid]' 'storage_root=<root>'"
+    assert shlex.split(line) == ["python", *cmd[1:]]
+
+
+def test_a_subprocess_command_keeps_another_program_as_it_is():
+    assert child_command(["ray", "job", "submit", "--", "a b"]) == "ray job submit -- 'a b'"
