@@ -42,7 +42,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 from paper_inductive_table import prior_verdicts, to_markdown  # noqa: E402
-from provenance import cpu_model, git_commit, write_atomic  # noqa: E402
+from provenance import child_command, cpu_model, git_commit, write_atomic  # noqa: E402
 
 ARCHIVE = HERE / "results" / "paper_inductive_runs"
 # the sweeps' split order: cheapest first (the presets' times in docs/configs.md), so a short
@@ -369,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     storage = Path(args.storage).resolve() if args.storage else None
     if args.action == "run":
         if args.print:
-            print("\n".join(" ".join(sweep_command(n, storage, only)) for n, only in plan()))
+            print("\n".join(child_command(sweep_command(n, storage, only)) for n, only in plan()))
             return 0
         print(f"restored: {restore(storage) or 'nothing'}", flush=True)
         start_piece(storage)
