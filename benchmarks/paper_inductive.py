@@ -16,7 +16,8 @@ earlier step), then runs the three sweeps in stages (``STAGES``: every sweep's c
 cheapest splits, then on the next two, the next two and the last two), so the seeds and the
 prior's cells on the cheap splits do not wait for the dearest splits; a stopped sweep resumes
 its unfinished cells from their newest checkpoint, never from step 0, and skips the finished
-ones (``run --print`` prints the commands). ``save`` copies into the archive, for each finished
+ones (``run --print`` prints the commands); a sweep whose cells failed does not hold up the
+later ones, and ``run`` then exits 1 naming it. ``save`` copies into the archive, for each finished
 cell, its ``results.json`` and the validation rows of its ``metrics.csv`` plus its best weights'
 test metrics under the paper's filter (``eval.filter=facts``, scored once, in this process) and
 the per-query test ranks under both filters (any Hits@10_50 rule scores them again); for each
@@ -373,12 +374,22 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         print(f"restored: {restore(storage) or 'nothing'}", flush=True)
         start_piece(storage)
+        failed = []
         for name, only in plan():
             names = [c[0] for c in cells() if c[0].startswith(f"{name}/") and c[2] in only]
             # a sweep with nothing left to run is not started (Ray's start-up is not free)
             if not all((storage / "runs" / n / "results.json").is_file() for n in names):
-                subprocess.run(sweep_command(name, storage, only), check=True)
-        return 0
+                # a sweep whose cells failed (exit status 1, the cells named on its stderr)
+                # does not hold up the later ones (the next `run` tries its cells again); an
+                # interrupted one (130 / 143) or a usage error (2) ends the piece
+                status = subprocess.run(sweep_command(name, storage, only)).returncode
+                if status == 1:
+                    failed.append(name)
+                elif status:
+                    return status
+        if failed:
+            print(f"sweeps with failed cells (see above): {', '.join(failed)}", file=sys.stderr)
+        return 1 if failed else 0
     if args.action == "restore":
         print(f"restored: {restore(storage) or 'nothing'}")
         return 0

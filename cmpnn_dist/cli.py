@@ -192,10 +192,13 @@ def run_cli(main: Callable[[list[str]], dict[str, Any]], argv: Sequence[str] | N
         print("interrupted (Ctrl-C)", file=sys.stderr)
         return 130
     except BaseException as exc:
-        status = getattr(exc, "exit_status", None)  # training.interrupt.TrainingInterrupted
+        # training.interrupt.TrainingInterrupted, sweep.CellsFailed (with its result line)
+        status = getattr(exc, "exit_status", None)
         if not isinstance(status, int):
             raise
         print(str(exc), file=sys.stderr, flush=True)
+        if isinstance(getattr(exc, "result", None), dict):
+            print(json.dumps(exc.result, default=_jsonable), flush=True)
         return status
     print(json.dumps(result, default=_jsonable), flush=True)
     return 0

@@ -61,6 +61,26 @@ def expand(overrides: list[str]) -> tuple[list[str], list[Cell]]:
     return fixed, cells
 
 
+class CellsFailed(Exception):
+    """Some cells of a sweep failed; the others ran to the end.  The command line prints the
+    sweep's result line all the same and exits with status 1; the same command runs the
+    failed cells again (finished cells are skipped)."""
+
+    exit_status = 1
+
+    def __init__(self, result: dict[str, Any]) -> None:
+        super().__init__(result["errors"])
+        self.result = result
+
+    def __str__(self) -> str:
+        r = self.result
+        return (
+            f"sweep {Path(r['sweep_dir']).name}: {len(r['errors'])} of {r['cells']} cells "
+            f"failed ({r['finished']} finished; the same command runs the failed ones again): "
+            + "; ".join(r["errors"])
+        )
+
+
 def sweep_dir(storage_root: str | Path, name: str) -> Path:
     return Path(storage_root).expanduser().resolve() / "sweeps" / name
 

@@ -150,8 +150,9 @@ def _main(argv: list[str]) -> dict[str, Any]:
 def sweep(preset: str, overrides: list[str], name: str | None) -> dict[str, Any]:
     """``-m``: every cell of the sweep as a Ray Tune trial (see :mod:`cmpnn_dist.sweep`).
     Every cell's config is composed and checked before anything runs; each dataset is built
-    once, before the cells start."""
-    from cmpnn_dist.sweep import default_sweep_name, expand
+    once, before the cells start.  Cells that fail do not stop the others: the sweep ends,
+    then :class:`~cmpnn_dist.sweep.CellsFailed` names them (exit status 1)."""
+    from cmpnn_dist.sweep import CellsFailed, default_sweep_name, expand
 
     try:
         fixed, cells = expand(overrides)
@@ -182,7 +183,10 @@ def sweep(preset: str, overrides: list[str], name: str | None) -> dict[str, Any]
 
     # by its importable name, so that Ray pickles a reference (this file may run as __main__)
     cell_fn = importlib.import_module("cmpnn_dist.train").train_cell
-    return run_sweep(configs, preset, fixed, cells, name or default_sweep_name(preset), cell_fn)
+    result = run_sweep(configs, preset, fixed, cells, name or default_sweep_name(preset), cell_fn)
+    if result["errors"]:
+        raise CellsFailed(result)
+    return result
 
 
 def train_cell(preset: str, overrides: list[str]) -> dict[str, Any]:

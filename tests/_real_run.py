@@ -95,3 +95,19 @@ def interrupt_tiny(cwd: Path, storage_root: str, signum: int, at: int) -> Any:
         [sys.executable, "-c", INTERRUPT_CHILD, str(signum), str(at), *argv],
         capture_output=True, text=True, env=env, cwd=cwd, timeout=300,
     )  # fmt: skip
+
+
+def hold_lock(run: Path, then: str = "time.sleep(600)") -> subprocess.Popen:
+    """A child process that takes the lock of run folder ``run`` (the product's ``RunLock``),
+    says so, then runs the Python statement ``then`` (``""``: it exits holding the lock, as
+    a run killed with SIGKILL leaves it).  The caller kills it."""
+    code = (
+        "import sys, time; from cmpnn_dist.training.run_folder import RunLock; "
+        f"RunLock(sys.argv[1]).acquire(); print('locked', flush=True); {then}"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, str(run)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert child.stdout is not None and child.stdout.readline().strip() == "locked"
+    return child

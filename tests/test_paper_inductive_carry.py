@@ -18,6 +18,7 @@ from _real_run import history, interrupt_tiny, train_tiny
 from cmpnn_dist.evaluation.metrics import ranking_metrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import paper_inductive  # noqa: E402
 from paper_inductive import (  # noqa: E402
     BY_COST,
     PIECE,
@@ -131,3 +132,29 @@ def test_the_staged_plan_runs_the_cheap_splits_cells_first():
     first_dear = min(stage_of[n] for n in run_names() if "fb237_ind_v4" in n)
     cheap = [n for n in run_names() if any(f"data={s}" in n for s in BY_COST[:4])]
     assert all(stage_of[n] < first_dear for n in cheap)  # seeds and prior cells included
+
+
+def test_a_sweep_with_failed_cells_does_not_hold_up_the_later_ones(tmp_path, monkeypatch):
+    """``run`` goes on past a sweep whose cells failed (the product's exit status 1) and ends
+    with status 1 naming it; an interrupted sweep (130) ends the piece there.  Each sweep is a
+    real child process that logs its name and exits with the status given for it."""
+    log = tmp_path / "started.txt"
+
+    def child(status: dict[str, int]):
+        def command(name: str, storage: Path, only: list[str] | None = None) -> list[str]:
+            code = f"open({str(log)!r}, 'a').write({name!r} + ' '); "
+            code += f"raise SystemExit({status.get(name, 0)})"
+            return [sys.executable, "-c", code]
+
+        return command
+
+    monkeypatch.setattr(paper_inductive, "restore", lambda storage: [])
+    store = ["run", "--storage", str(tmp_path / "store")]
+    names = [name for name, _ in plan()]  # nothing finished: every step of the plan runs
+    monkeypatch.setattr(paper_inductive, "sweep_command", child({"graIL8_seeds": 1}))
+    assert paper_inductive.main(store) == 1
+    assert log.read_text().split() == names
+    log.unlink()
+    monkeypatch.setattr(paper_inductive, "sweep_command", child({"graIL8_seeds": 130}))
+    assert paper_inductive.main(store) == 130
+    assert log.read_text().split() == names[: names.index("graIL8_seeds") + 1]

@@ -9,17 +9,19 @@ lock of a dead process is taken over with one line.
 from __future__ import annotations
 
 import json
-import socket
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from _real_run import TINY
+from _real_run import TINY, hold_lock
 
 from cmpnn_dist.cli import run_cli
 from cmpnn_dist.storage import StorageError
 from cmpnn_dist.train import _main
+from cmpnn_dist.training.processes import REUSE_MARGIN_S, identity, started_at, still_running
 from cmpnn_dist.training.run_folder import LOCK_FILE, RunLock
 
 
@@ -53,14 +55,17 @@ def test_a_sweep_name_that_leaves_the_store_is_one_error_line(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
+def _sleeper() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+
 def test_a_locked_run_folder_is_refused_naming_its_owner(tmp_path, capsys):
-    """The lock of a live process (a real sleeping child) refuses a second run."""
+    """The lock of a live process (a real child holding the product's lock) refuses a second
+    run."""
     run = tmp_path / "runs" / "tiny"
-    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    run.mkdir(parents=True)
+    owner = hold_lock(run, "time.sleep(60)")
     try:
-        run.mkdir(parents=True)
-        lock = {"host": socket.gethostname(), "pid": owner.pid, "started": 0}
-        (run / LOCK_FILE).write_text(json.dumps(lock))
         argv = [f"storage_root={tmp_path}", "run_name=tiny", *TINY]
         assert run_cli(_main, argv) == 2
         err = capsys.readouterr().err.strip().splitlines()[-1]
@@ -75,6 +80,62 @@ def test_a_locked_run_folder_is_refused_naming_its_owner(tmp_path, capsys):
     assert f"taking over the lock of run folder {run} (pid {owner.pid}" in err
     assert not (run / LOCK_FILE).exists()  # released at the end
     assert (run / "checkpoints" / "best" / "manifest.json").is_file()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs Linux /proc")
+def test_a_process_is_named_by_its_boot_and_start_not_its_pid_alone():
+    t0 = time.time()
+    a, b = _sleeper(), _sleeper()
+    t1 = time.time()
+    try:
+        assert identity(a.pid) == identity(a.pid) != identity(b.pid)
+        assert identity(a.pid).split("/")[0] == identity(os.getpid()).split("/")[0]  # one boot
+        began = started_at(a.pid)
+        # btime is whole seconds and start times are clock ticks: within two seconds
+        assert t0 - 2 <= began <= t1 + 2
+        assert still_running(a.pid, identity(a.pid), t0)
+        assert not still_running(a.pid, identity(b.pid), t0)  # the pid's process is another
+        # an earlier version's lock (no identity): its writer began before it was written
+        assert still_running(a.pid, None, t1)
+        assert not still_running(a.pid, None, t0 - REUSE_MARGIN_S - 10)  # began long after
+    finally:
+        for p in (a, b):
+            p.kill()
+            p.wait()
+    assert identity(a.pid) is None and not still_running(a.pid, None, None)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs Linux /proc")
+def test_a_lock_whose_pid_another_process_now_has_is_taken_over(tmp_path, capsys):
+    """A lock left by a run killed with SIGKILL, whose pid the kernel then gave to another
+    process (after a reboot, or once pids wrap): the lock names a live pid, but not its
+    writer, so the next run takes it over instead of refusing it until that process ends.
+    The reuse itself cannot be forced, so the killed writer's real lock gets the pid of a
+    process started afterwards; the same for a lock of an earlier version (no ``process``)."""
+    run = tmp_path / "runs" / "tiny"
+    run.mkdir(parents=True)
+    argv = [f"storage_root={tmp_path}", "run_name=tiny", *TINY]
+    for earlier_version in (False, True):
+        writer = hold_lock(run, "")
+        writer.wait()  # exits without releasing: the lock stays, as after SIGKILL
+        lock = json.loads((run / LOCK_FILE).read_text())
+        assert lock["pid"] == writer.pid and lock["process"] is not None
+        later = _sleeper()
+        try:
+            lock["pid"] = later.pid
+            if earlier_version:
+                del lock["process"]
+                lock["started"] -= REUSE_MARGIN_S + 10  # written well before `later` began
+            (run / LOCK_FILE).write_text(json.dumps(lock))
+            assert run_cli(_main, argv) == 0
+            err = capsys.readouterr().err
+            assert f"taking over the lock of run folder {run} (pid {later.pid}" in err
+            assert later.poll() is None  # the process with the pid now was left alone
+        finally:
+            later.kill()
+            later.wait()
+        assert not (run / LOCK_FILE).exists()
+        assert (run / "results.json").is_file()
 
 
 def test_a_lock_on_another_host_is_refused_and_released_locks_are_gone(tmp_path):

@@ -1,6 +1,6 @@
 """Sweeps: Hydra's multirun grammar expanded into cells, reports against a hand-made fixture
 sweep, and (slow) a 2 x 2 sweep on a real ``ray start --head`` cluster killed after its first
-finished cell and restarted."""
+finished cell and restarted, and a sweep with a failed cell."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from _ray_head import Head
+from _real_run import TINY, hold_lock
 
 from cmpnn_dist.paper import SPLITS, paper_value, peer_values
 from cmpnn_dist.sweep import expand, report, summarize, write_results_csv
@@ -157,3 +158,41 @@ def test_sweep_on_a_ray_cluster_survives_a_kill_and_restart(tmp_path):
         assert (storage / "sweeps" / "s" / "report.md").is_file()
     finally:
         head.kill()
+
+
+@pytest.mark.slow
+def test_a_failed_cell_fails_the_sweep_after_the_others_ran(tmp_path):
+    """One cell's run folder is held by a live process (the product's lock, in a real child):
+    the other cell still runs to the end, and the sweep exits 1 with one line naming the
+    failed cell and why, after its result line; once the holder is gone, the same command
+    runs that cell alone and exits 0."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "CMPNN_"))}
+    env |= {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    storage = tmp_path / "storage"
+    cmd = [sys.executable, "-m", "cmpnn_dist.train", "-m", "sweep_name=f", "train.seed=0,1",
+           *TINY, "cluster.cpus_per_worker=1", f"storage_root={storage}"]  # fmt: skip
+    runs = storage / "runs" / "f"
+    (runs / "train.seed=1").mkdir(parents=True)
+    holder = hold_lock(runs / "train.seed=1")
+    try:
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    lines = [x for x in proc.stderr.splitlines() if x.startswith("sweep f: 1 of 2 cells failed")]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    assert f"train.seed=1: cmpnn_dist.storage.errors.StorageError: run folder {runs}" in lines[0]
+    assert f"is in use by pid {holder.pid}" in lines[0]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["cells"] == 2 and out["finished"] == 1 and len(out["errors"]) == 1
+    assert (runs / "train.seed=0" / "results.json").is_file()
+    assert not (runs / "train.seed=1" / "results.json").exists()
+    finished = (runs / "train.seed=0" / "results.json").stat().st_mtime_ns
+    # the holder is gone: the same command takes its lock over and runs that cell alone
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["finished"] == 2 and out["errors"] == []
+    assert (runs / "train.seed=0" / "results.json").stat().st_mtime_ns == finished
+    assert (runs / "train.seed=1" / "results.json").is_file()

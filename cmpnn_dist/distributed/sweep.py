@@ -134,7 +134,12 @@ def run_sweep(
             import ray
 
             ray.shutdown()
-    errors = [str(e).strip().splitlines()[-1] for e in grid.errors]
+    # "<cell id>: <the error's last line>" (the exception, not Ray's traceback around it)
+    errors = [
+        f"{r.config['cell']['cell_id']}: {str(r.error).strip().splitlines()[-1]}"
+        for r in grid
+        if r.error is not None
+    ]
     results = write_results_csv(folder)
     finished = sum(cell_result(Path(c["run_dir"])) is not None for c in spec_cells)
     print(

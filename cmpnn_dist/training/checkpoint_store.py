@@ -59,6 +59,7 @@ from .checkpoint import (
     parse_checkpoint_name,
     read_manifest,
 )
+from .processes import pid_alive
 
 logger = logging.getLogger(__name__)
 
@@ -89,17 +90,6 @@ def _download(uri: str, local: Path) -> Path:
 
 
 # ---------------------------------------------------------------------- scratch folders
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this machine."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def drop_dead_folders(base: Path, pattern: re.Pattern[str]) -> None:
     """Delete the folders in ``base`` whose name matches ``pattern`` (group 1: the owner's
     pid) and whose owner is gone: a process killed with SIGKILL never runs its cleanup."""

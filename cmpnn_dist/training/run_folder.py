@@ -32,6 +32,7 @@ from cmpnn_dist.storage.atomic import failing_writes, write_all
 from cmpnn_dist.storage.errors import StorageError
 
 from .checkpoint_store import CheckpointStore, _delete_dir, filesystem, is_uri
+from .processes import identity, still_running
 
 ENV_MIN_FREE_MB = "CMPNN_MIN_FREE_MB"
 DEFAULT_MIN_FREE_MB = 64
@@ -155,13 +156,16 @@ LOCK_FILE = ".lock"
 
 
 class RunLock:
-    """``<run>/.lock`` while a run owns its folder: ``{"host", "pid", "started"}``.
+    """``<run>/.lock`` while a run owns its folder: ``{"host", "pid", "process", "started"}``
+    (``process``: the owner's boot and start time, so a later process that reuses the pid is
+    not mistaken for it, :mod:`~cmpnn_dist.training.processes`).
 
     :meth:`acquire` creates it exclusively (``O_EXCL`` locally; on an object store a check,
     then a write: best effort).  A lock held by a live process -- or by any process of
     another host, whose liveness cannot be checked from here -- is one
     :class:`~cmpnn_dist.storage.errors.StorageError` naming its host and pid; the lock of a
-    dead process on this host is taken over with one line.  :meth:`release` deletes it.
+    process of this host that is gone (its pid free, or given to another process since) is
+    taken over with one line.  :meth:`release` deletes it.
     """
 
     def __init__(self, run: str) -> None:
@@ -173,8 +177,14 @@ class RunLock:
         import json
         import socket
 
+        pid = os.getpid()
         return json.dumps(
-            {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
+            {
+                "host": socket.gethostname(),
+                "pid": pid,
+                "process": identity(pid),
+                "started": time.time(),
+            }
         )
 
     def _create(self) -> bool:
@@ -204,8 +214,6 @@ class RunLock:
         import json
         import socket
 
-        from .checkpoint_store import pid_alive
-
         for _ in range(3):
             if self._create():
                 self.held = True
@@ -216,7 +224,8 @@ class RunLock:
                 owner = {}
             host, pid = owner.get("host"), owner.get("pid")
             here = host == socket.gethostname()
-            if here and isinstance(pid, int) and not pid_alive(pid):
+            checkable = here and isinstance(pid, int)
+            if checkable and not still_running(pid, owner.get("process"), owner.get("started")):
                 say(f"taking over the lock of run folder {self.run} (pid {pid} on {host} is gone)")
                 self._remove()
                 continue
