@@ -84,25 +84,29 @@ def test_a_locked_run_folder_is_refused_naming_its_owner(tmp_path, capsys):
 
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs Linux /proc")
 def test_a_process_is_named_by_its_boot_and_start_not_its_pid_alone():
+    """The same pid under another start time (its earlier owner) or another boot is another
+    process; an earlier version's lock (no identity) goes by its wall-clock time."""
     t0 = time.time()
-    a, b = _sleeper(), _sleeper()
+    a = _sleeper()
     t1 = time.time()
     try:
-        assert identity(a.pid) == identity(a.pid) != identity(b.pid)
-        assert identity(a.pid).split("/")[0] == identity(os.getpid()).split("/")[0]  # one boot
+        mine = identity(a.pid)
+        assert mine is not None and mine == identity(a.pid)  # stable while it runs
+        boot, ticks = mine.split("/")
+        assert boot == identity(os.getpid()).split("/")[0]  # one boot for every process
         began = started_at(a.pid)
         # btime is whole seconds and start times are clock ticks: within two seconds
-        assert t0 - 2 <= began <= t1 + 2
-        assert still_running(a.pid, identity(a.pid), t0)
-        assert not still_running(a.pid, identity(b.pid), t0)  # the pid's process is another
-        # an earlier version's lock (no identity): its writer began before it was written
+        assert began is not None and t0 - 2 <= began <= t1 + 2
+        assert still_running(a.pid, mine, t0)
+        assert not still_running(a.pid, f"{boot}/{int(ticks) - 1}", t0)  # the pid's last owner
+        assert not still_running(a.pid, f"another-boot/{ticks}", t0)  # before a reboot
+        # an earlier version's lock: its writer began before it wrote it, a later process not
         assert still_running(a.pid, None, t1)
-        assert not still_running(a.pid, None, t0 - REUSE_MARGIN_S - 10)  # began long after
+        assert not still_running(a.pid, None, t0 - REUSE_MARGIN_S - 10)
     finally:
-        for p in (a, b):
-            p.kill()
-            p.wait()
-    assert identity(a.pid) is None and not still_running(a.pid, None, None)
+        a.kill()
+        a.wait()
+    assert identity(a.pid) is None and not still_running(a.pid, mine, t0)
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs Linux /proc")

@@ -45,8 +45,10 @@ def _start_ticks(pid: int) -> int | None:
 
 
 def identity(pid: int) -> str | None:
-    """``"<boot id>/<start ticks>"`` of the running process ``pid``; no two processes of one
-    machine share it.  None where it cannot be read (not Linux, or no such process)."""
+    """``"<boot id>/<start ticks>"`` of the running process ``pid``: with the pid, it names
+    one process of one machine for good (a later process given the same pid starts later, a
+    process of another boot has another boot id).  None where it cannot be read (not Linux,
+    or no such process)."""
     ticks = _start_ticks(pid)
     try:
         boot = BOOT_ID.read_text().strip()
