@@ -6,9 +6,11 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -25,6 +27,7 @@ from cmpnn_dist.training.checkpoint import (
 from cmpnn_dist.training.checkpoint_store import (
     ENV_SCRATCH,
     CheckpointStore,
+    drop_dead_folders,
     scratch_dir,
 )
 
@@ -260,6 +263,25 @@ def test_scratch_of_dead_processes_is_removed(tmp_path, monkeypatch):
     assert store.scratch.name.startswith("cmpnn-rank3-")
     store.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, other.name, mine.name])
+
+
+def test_scratch_of_a_reused_pid_is_removed(tmp_path):
+    """A folder named for a pid that a later, unrelated process holds now (the pid counter
+    wrapped) is the dead owner's: dropped; the same pid's folder written since it began is
+    kept."""
+    later = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        old = tmp_path / f"cmpnn-rank1-pid{later.pid}-abcd"
+        (old / "checkpoints").mkdir(parents=True)
+        hour_ago = time.time() - 3600  # written an hour before ``later`` began
+        os.utime(old, (hour_ago, hour_ago))
+        fresh = tmp_path / f"cmpnn-rank2-pid{later.pid}-efgh"
+        fresh.mkdir()
+        drop_dead_folders(tmp_path, re.compile(r"^cmpnn-[a-z0-9]+-pid(\d+)-"))
+        assert not old.exists() and fresh.exists()
+    finally:
+        later.kill()
+        later.wait()
 
 
 def test_write_errors_that_cannot_succeed(tmp_path):

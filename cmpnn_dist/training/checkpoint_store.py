@@ -59,7 +59,7 @@ from .checkpoint import (
     parse_checkpoint_name,
     read_manifest,
 )
-from .processes import pid_alive
+from .processes import still_running
 
 logger = logging.getLogger(__name__)
 
@@ -92,10 +92,18 @@ def _download(uri: str, local: Path) -> Path:
 # ---------------------------------------------------------------------- scratch folders
 def drop_dead_folders(base: Path, pattern: re.Pattern[str]) -> None:
     """Delete the folders in ``base`` whose name matches ``pattern`` (group 1: the owner's
-    pid) and whose owner is gone: a process killed with SIGKILL never runs its cleanup."""
+    pid) and whose owner is gone: a process killed with SIGKILL never runs its cleanup.  A
+    process that holds the pid now but began after the folder was last written is another
+    one, given the pid again (``processes.still_running``), so its folder goes too."""
     for p in base.iterdir():
         m = pattern.match(p.name)
-        if m and p.is_dir() and not pid_alive(int(m.group(1))):
+        if not m or not p.is_dir():
+            continue
+        try:
+            written = p.stat().st_mtime
+        except FileNotFoundError:  # another process dropped it first
+            continue
+        if not still_running(int(m.group(1)), written=written):
             shutil.rmtree(p, ignore_errors=True)
 
 
