@@ -6,7 +6,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -27,7 +26,6 @@ from cmpnn_dist.training.checkpoint import (
 from cmpnn_dist.training.checkpoint_store import (
     ENV_SCRATCH,
     CheckpointStore,
-    drop_dead_folders,
     scratch_dir,
 )
 
@@ -265,10 +263,11 @@ def test_scratch_of_dead_processes_is_removed(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, other.name, mine.name])
 
 
-def test_scratch_of_a_reused_pid_is_removed(tmp_path):
+def test_scratch_of_a_reused_pid_is_removed(tmp_path, monkeypatch):
     """A folder named for a pid that a later, unrelated process holds now (the pid counter
     wrapped) is the dead owner's: dropped; the same pid's folder written since it began is
     kept."""
+    monkeypatch.setenv(ENV_SCRATCH, str(tmp_path))
     later = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         old = tmp_path / f"cmpnn-rank1-pid{later.pid}-abcd"
@@ -277,8 +276,8 @@ def test_scratch_of_a_reused_pid_is_removed(tmp_path):
         os.utime(old, (hour_ago, hour_ago))
         fresh = tmp_path / f"cmpnn-rank2-pid{later.pid}-efgh"
         fresh.mkdir()
-        drop_dead_folders(tmp_path, re.compile(r"^cmpnn-[a-z0-9]+-pid(\d+)-"))
-        assert not old.exists() and fresh.exists()
+        mine = scratch_dir("rank0")  # drops the dead folders of its base first
+        assert not old.exists() and fresh.exists() and mine.exists()
     finally:
         later.kill()
         later.wait()
