@@ -17,7 +17,9 @@ cheapest splits, then on the next two, the next two and the last two), so the se
 prior's cells on the cheap splits do not wait for the dearest splits; a stopped sweep resumes
 its unfinished cells from their newest checkpoint, never from step 0, and skips the finished
 ones (``run --print`` prints the commands); a sweep whose cells failed does not hold up the
-later ones, and ``run`` then exits 1 naming it. ``save`` copies into the archive, for each finished
+later ones, and ``run`` then exits 1 naming it.  Ctrl-C or ``kill`` of ``run`` is passed on to
+the running sweep (:func:`run_passing_signals`): its cells checkpoint their current step, no
+later sweep starts, and ``run`` exits 130 / 143. ``save`` copies into the archive, for each finished
 cell, its ``results.json`` and the validation rows of its ``metrics.csv`` plus its best weights'
 test metrics under the paper's filter (``eval.filter=facts``, scored once, in this process) and
 the per-query test ranks under both filters (any Hits@10_50 rule scores them again); for each
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -81,6 +84,25 @@ def sweep_command(name: str, storage: Path, only: list[str] | None = None) -> li
     """The product's command line for sweep ``name`` (on the splits ``only``)."""
     over = sweep_overrides(name, storage, only)
     return [sys.executable, "-m", "cmpnn_dist.train", "-m", *over]
+
+
+def run_passing_signals(cmd: list[str]) -> int:
+    """Run ``cmd`` in its own process group and pass each SIGINT / SIGTERM this process gets
+    on to it, once; return its exit status.  So a Ctrl-C of ``run`` reaches the sweep once,
+    which checkpoints its running cells and exits 130 (``subprocess.run`` would kill the sweep
+    0.25 s after a KeyboardInterrupt, losing every step since the cells' last checkpoints), and
+    a second Ctrl-C reaches it as a second one."""
+    child = subprocess.Popen(cmd, start_new_session=True)
+
+    def forward(signum: int, frame: object) -> None:
+        child.send_signal(signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return child.wait()
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
 
 
 def plan() -> list[tuple[str, list[str]]]:
@@ -382,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
                 # a sweep whose cells failed (exit status 1, the cells named on its stderr)
                 # does not hold up the later ones (the next `run` tries its cells again); an
                 # interrupted one (130 / 143) or a usage error (2) ends the piece
-                status = subprocess.run(sweep_command(name, storage, only)).returncode
+                status = run_passing_signals(sweep_command(name, storage, only))
                 if status == 1:
                     failed.append(name)
                 elif status:

@@ -10,7 +10,9 @@ cells) and ``results.csv`` (one row per finished cell); cell ``i``'s run folder 
 ``<storage_root>/runs/<sweep_name>/<cell id>``.  A cell is idempotent: a cell whose run folder
 holds ``results.json`` is finished and is not trained again; an unfinished one resumes from its
 newest checkpoint (``resume=true``).  So a killed sweep restarted with the same command (and
-``sweep_name=``) skips finished cells and resumes the others.
+``sweep_name=``) skips finished cells and resumes the others.  Ctrl-C / SIGTERM loses nothing:
+every running cell finishes its step and checkpoints it, no other cell starts, and the
+sweep ends with :class:`SweepInterrupted` (exit status 130 / 143).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import itertools
 import json
 import os
 import re
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +82,38 @@ class CellsFailed(Exception):
             f"failed ({r['finished']} finished; the same command runs the failed ones again): "
             + "; ".join(r["errors"])
         )
+
+
+class SweepInterrupted(BaseException):
+    """The sweep stopped on SIGINT / SIGTERM: each cell that was running checkpointed its
+    current step (``result["stopped"]``: cell id -> step), the cells not yet started were not
+    started (``result["not_started"]``).  The same command continues the sweep.
+
+    A BaseException, like :class:`~cmpnn_dist.training.interrupt.TrainingInterrupted`; the
+    command line prints its line and the sweep's result line and exits 128 + the signal."""
+
+    def __init__(self, result: dict[str, Any]) -> None:
+        super().__init__(result["stopped_by"])
+        self.result = result
+        self.exit_status = 128 + int(result["stopped_by"])
+
+    def __str__(self) -> str:
+        r = self.result
+        how = signal.Signals(r["stopped_by"]).name
+        head = f"sweep {Path(r['sweep_dir']).name} interrupted by {how}"
+        tail = "; the same command continues it"
+        if r.get("gave_up_after_s") is not None:
+            return (
+                f"{head}: its running cells did not stop within {r['gave_up_after_s']:g} s and "
+                f"were stopped (each resumes from its newest checkpoint){tail}"
+            )
+        stopped = ", ".join(f"{cell} at step {step}" for cell, step in r["stopped"].items())
+        parts = [f"{len(r['stopped'])} checkpointed" + (f" ({stopped})" if stopped else "")]
+        parts.append(f"{len(r['not_started'])} not started")
+        parts.append(f"{r['finished']} finished")
+        if r["errors"]:
+            parts.append(f"{len(r['errors'])} failed: " + "; ".join(r["errors"]))
+        return f"{head}: of {r['cells']} cells " + ", ".join(parts) + tail
 
 
 def sweep_dir(storage_root: str | Path, name: str) -> Path:

@@ -13,7 +13,7 @@ import copy
 import importlib
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from cmpnn_dist.openmp_env import set_openmp_defaults
@@ -31,8 +31,13 @@ def default_run_name(cfg: Config) -> str:
     return f"{cfg.data.name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def train(cfg: Config, argv: Sequence[str] = ()) -> dict[str, Any]:
-    """Train according to ``cfg`` and return the summary printed by the CLI.
+def train(
+    cfg: Config,
+    argv: Sequence[str] = (),
+    stop_source: Callable[[], int | None] | None = None,
+) -> dict[str, Any]:
+    """Train according to ``cfg`` and return the summary printed by the CLI.  ``stop_source``
+    (a run in this process): stop requests made outside it (a sweep's cell: its driver's).
 
     ``cfg`` itself is left as given: the run works on a copy whose ``run_name`` is filled in
     (``<data.name>-<time>`` when null) and whose ``storage_root`` is absolute (resolved here,
@@ -83,7 +88,7 @@ def train(cfg: Config, argv: Sequence[str] = ()) -> dict[str, Any]:
     from cmpnn_dist.training.loop import fit
 
     try:
-        result = fit(cfg, data, run_dir=run)
+        result = fit(cfg, data, run_dir=run, stop_source=stop_source)
     except TrainingInterrupted as exc:  # Ctrl-C / SIGTERM: checkpointed; one line, 130 / 143
         exc.resume = lines[1].removeprefix("resume with: ")
         raise
@@ -151,8 +156,10 @@ def sweep(preset: str, overrides: list[str], name: str | None) -> dict[str, Any]
     """``-m``: every cell of the sweep as a Ray Tune trial (see :mod:`cmpnn_dist.sweep`).
     Every cell's config is composed and checked before anything runs; each dataset is built
     once, before the cells start.  Cells that fail do not stop the others: the sweep ends,
-    then :class:`~cmpnn_dist.sweep.CellsFailed` names them (exit status 1)."""
-    from cmpnn_dist.sweep import CellsFailed, default_sweep_name, expand
+    then :class:`~cmpnn_dist.sweep.CellsFailed` names them (exit status 1).  Ctrl-C / SIGTERM:
+    the running cells checkpoint their step, no other cell starts, and
+    :class:`~cmpnn_dist.sweep.SweepInterrupted` names them (exit status 130 / 143)."""
+    from cmpnn_dist.sweep import CellsFailed, SweepInterrupted, default_sweep_name, expand
 
     try:
         fixed, cells = expand(overrides)
@@ -184,15 +191,21 @@ def sweep(preset: str, overrides: list[str], name: str | None) -> dict[str, Any]
     # by its importable name, so that Ray pickles a reference (this file may run as __main__)
     cell_fn = importlib.import_module("cmpnn_dist.train").train_cell
     result = run_sweep(configs, preset, fixed, cells, name or default_sweep_name(preset), cell_fn)
+    if result["stopped_by"] is not None:  # Ctrl-C / SIGTERM: the running cells checkpointed
+        raise SweepInterrupted(result)
     if result["errors"]:
         raise CellsFailed(result)
     return result
 
 
-def train_cell(preset: str, overrides: list[str]) -> dict[str, Any]:
+def train_cell(
+    preset: str, overrides: list[str], stop_source: Callable[[], int | None] | None = None
+) -> dict[str, Any]:
     """One sweep cell, in its Ray Tune trial: compose its config and train it (a finished run
-    is skipped by the caller; an unfinished one resumes from its checkpoints)."""
-    return train(compose_config(preset, overrides))
+    is skipped by the caller; an unfinished one resumes from its checkpoints).  A stop request
+    of the sweep's driver (``stop_source``) checkpoints the cell and raises
+    :class:`~cmpnn_dist.training.interrupt.TrainingInterrupted`."""
+    return train(compose_config(preset, overrides), stop_source=stop_source)
 
 
 def main() -> None:

@@ -1,7 +1,8 @@
 """The driver's signal handling around Ray Train's ``fit`` (``distributed/stop.py``), with real
 signals sent to this process and plain callables standing in for the blocking ``fit`` (these
 tests are about the thread and the handlers; ``test_distributed_interrupt.py`` runs it with
-Ray).  Also the ``slow`` fault the Ray tests pace their runs with."""
+Ray).  Also the ``slow`` fault the Ray tests pace their runs with, and a real tiny run stopped
+by a stop source outside its process (what a sweep's cell gets from its driver)."""
 
 from __future__ import annotations
 
@@ -101,3 +102,31 @@ def test_slow_fault_sleeps_in_every_training_forward_from_its_step(monkeypatch):
         took.append(time.perf_counter() - start)
     assert max(took[:2]) < 0.1 and min(took[2:]) >= 0.15, took
     assert faults.propagated_env()[faults.ENV_SLOW_S] == "0.15"
+
+
+def test_a_stop_source_outside_the_process_stops_a_run_at_the_step_it_answers(tmp_path):
+    """A sweep's cell trains in a Ray Tune trial, where no signal can be caught: its driver's
+    request arrives through ``stop_source``, polled once after each step.  A real tiny run
+    whose source answers SIGTERM from its 7th poll on stops at step 7 with that step
+    checkpointed (the same ending as a signal: one exception, exit status 143)."""
+    from _real_run import TINY
+
+    from cmpnn_dist.train import train_cell
+    from cmpnn_dist.training.interrupt import TrainingInterrupted
+
+    polls: list[int] = []
+
+    def source() -> int | None:
+        polls.append(len(polls) + 1)
+        return signal.SIGTERM if len(polls) >= 7 else None
+
+    over = [o for o in TINY if not o.startswith("checkpoint.every_steps=")]
+    over += ["checkpoint.every_steps=1000", f"storage_root={tmp_path}", "run_name=cell"]
+    with pytest.raises(TrainingInterrupted) as info:
+        train_cell("default", over, stop_source=source)
+    exc = info.value
+    run = tmp_path / "runs" / "cell"
+    assert (exc.step, exc.exit_status, len(polls)) == (7, 143, 7)
+    assert exc.checkpoint == str(run / "checkpoints" / "step_00000007")
+    assert [p.name for p in (run / "checkpoints").glob("step_*")] == ["step_00000007"]
+    assert not (run / "results.json").exists()

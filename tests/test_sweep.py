@@ -1,6 +1,7 @@
 """Sweeps: Hydra's multirun grammar expanded into cells, reports against a hand-made fixture
 sweep, and (slow) a 2 x 2 sweep on a real ``ray start --head`` cluster killed after its first
-finished cell and restarted, and a sweep with a failed cell."""
+finished cell and restarted, a sweep stopped by Ctrl-C and continued, and a sweep with a
+failed cell."""
 
 from __future__ import annotations
 
@@ -196,3 +197,72 @@ def test_a_failed_cell_fails_the_sweep_after_the_others_ran(tmp_path):
     assert out["finished"] == 2 and out["errors"] == []
     assert (runs / "train.seed=0" / "results.json").stat().st_mtime_ns == finished
     assert (runs / "train.seed=1" / "results.json").is_file()
+
+
+def _train_steps(run: Path) -> list[int]:
+    path = run / "metrics.csv"
+    rows = path.read_text().splitlines()[1:] if path.is_file() else []
+    return [int(r.split(",")[1]) for r in rows if r.startswith("train,")]
+
+
+@pytest.mark.slow
+def test_ctrl_c_checkpoints_the_running_cells_and_starts_no_other(tmp_path):
+    """Three cells, two at a time (one CPU each on a local Ray); a terminal's Ctrl-C (SIGINT to
+    the driver's whole process group) once both running cells have trained 20 steps: the
+    sweep exits 130 with one line naming the two cells and the steps they checkpointed; each
+    checkpoint is the cell's last trained step (nothing lost); the third cell never began.
+    The same command then ends all three, every step trained exactly once."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "CMPNN_"))}
+    env |= {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    storage = tmp_path / "storage"
+    tiny = [o for o in TINY if not o.startswith(("train.max_steps=", "checkpoint.every_steps="))]
+    cmd = [sys.executable, "-m", "cmpnn_dist.train", "-m", "sweep_name=c", "train.seed=0,1,2",
+           *tiny, "train.epochs=3", "train.max_steps=300", "checkpoint.every_steps=1000",
+           "eval.max_queries=40",
+           "cluster.cpus_per_worker=1", f"storage_root={storage}"]  # fmt: skip
+    runs = storage / "runs" / "c"
+    first = subprocess.Popen(cmd, cwd=REPO, env=env, start_new_session=True, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            running = [r for r in runs.glob("*") if len(_train_steps(r)) >= 20]
+            if len(running) == 2:
+                break
+            assert first.poll() is None, "the sweep ended before two cells trained"
+            time.sleep(0.2)
+        assert len(running) == 2, "two cells did not start training in time"
+        os.killpg(first.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        out, err = first.communicate(timeout=300)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    assert first.returncode == 130, err[-3000:]
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["stopped_by"] == signal.SIGINT and result["finished"] == 0
+    stopped = result["stopped"]
+    assert sorted(stopped) == sorted(r.name for r in running)
+    assert result["not_started"] == [c for c in ("train.seed=0", "train.seed=1", "train.seed=2")
+                                     if c not in stopped]  # fmt: skip
+    for cell, step in stopped.items():
+        steps = _train_steps(runs / cell)
+        assert 20 <= step < 300 and steps == list(range(1, step + 1)), (cell, step, steps[-3:])
+        assert [p.name for p in (runs / cell / "checkpoints").glob("step_*")] == [
+            f"step_{step:08d}"
+        ]
+    (idle,) = result["not_started"]
+    assert not (runs / idle / "checkpoints").exists() and _train_steps(runs / idle) == []
+    lines = [x for x in err.splitlines() if x.startswith("sweep c interrupted by SIGINT")]
+    named = ", ".join(f"{c} at step {s}" for c, s in stopped.items())
+    assert lines == [
+        f"sweep c interrupted by SIGINT: of 3 cells 2 checkpointed ({named}), 1 not started, "
+        "0 finished; the same command continues it"
+    ], err[-3000:]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["finished"] == 3 and out["stopped_by"] is None
+    for cell in runs.iterdir():
+        assert _train_steps(cell) == list(range(1, 301)), cell.name
+    for step in stopped.values():  # they went on from the step they stopped at
+        assert f"[cmpnn_dist] resuming from step {step}:" in proc.stderr

@@ -17,11 +17,14 @@ keeps the main thread for the signals, with the in-process handlers
   ``ray.shutdown()``, or the end of the driver's job on a cluster it joined).
 
 The stop request reaches the workers through Ray (an actor call), not through files, so it
-works across nodes and with any storage root.
+works across nodes and with any storage root.  A sweep (``distributed/sweep.py``) does the
+same around Tune's ``fit``: its cells train in Tune trials, which poll a :class:`StopFlag`
+actor (:func:`stop_source`) after each step.
 """
 
 from __future__ import annotations
 
+import math
 import signal
 import threading
 import time
@@ -31,6 +34,46 @@ from typing import Any
 from cmpnn_dist.training.interrupt import StopRequests, TrainingInterrupted
 
 JOIN_POLL_S = 0.2  # the main thread wakes this often to pass a signal on
+FLAG_POLL_S = 1.0  # a sweep's cell asks the flag at most this often (a step may take ms)
+
+
+class StopFlag:
+    """The first stop request of a sweep's driver (a signal number), for its cells to read.
+    Created as a Ray actor with ``num_cpus=0`` (:func:`new_stop_flag`): it takes no CPU from
+    the trials."""
+
+    def __init__(self) -> None:
+        self._signum: int | None = None
+
+    def request(self, signum: int) -> None:
+        if self._signum is None:
+            self._signum = signum
+
+    def signum(self) -> int | None:
+        return self._signum
+
+
+def new_stop_flag() -> Any:
+    """A :class:`StopFlag` actor on the connected Ray cluster (its handle)."""
+    import ray
+
+    return ray.remote(num_cpus=0)(StopFlag).remote()
+
+
+def stop_source(flag: Any, every_s: float = FLAG_POLL_S) -> Callable[[], int | None]:
+    """A poll of the :class:`StopFlag` actor ``flag`` that calls it at most every ``every_s``
+    seconds (the answer in between is the last one; a request, once seen, stays)."""
+    import ray
+
+    seen: dict[str, Any] = {"signum": None, "at": -math.inf}
+
+    def poll() -> int | None:
+        now = time.monotonic()
+        if seen["signum"] is None and now - seen["at"] >= every_s:
+            seen["signum"], seen["at"] = ray.get(flag.signum.remote()), now
+        return seen["signum"]
+
+    return poll
 
 
 class WorkersDidNotStop(TrainingInterrupted):

@@ -12,6 +12,13 @@ Each trial calls the training function it was given (``train_cell(preset, overri
 cell's metrics.  Cells are
 idempotent (finished cells return their recorded results; unfinished ones resume from their
 checkpoints), so the whole sweep is restarted by running the same command again.
+
+Ctrl-C / SIGTERM: Tune's ``fit`` runs in a thread (``stop.fit_until_stopped``, as for one
+distributed run), so the driver keeps the signal; it sets a :class:`~.stop.StopFlag` actor
+that every trial polls (``train_cell``'s ``stop_source``): a running cell finishes its step,
+checkpoints it and stops, a cell not yet begun does not begin, and the result says which
+(``stopped_by``, ``stopped``, ``not_started``).  Cells still running ``cluster.
+collective_timeout_s`` after the signal are stopped with the driver (``gave_up_after_s``).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from typing import Any
 from cmpnn_dist.sweep import Cell, cell_result, sweep_dir, write_json, write_results_csv
 
 from .driver import _init_ray
+from .stop import WorkersDidNotStop, fit_until_stopped, new_stop_flag, stop_source
 
 
 def _flat(result: dict[str, Any]) -> dict[str, float]:
@@ -38,21 +46,34 @@ def _flat(result: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-TrainCell = Callable[[str, list[str]], dict[str, Any]]
+# (preset, overrides, stop_source) -> the run's result
+TrainCell = Callable[[str, list[str], Callable[[], int | None]], dict[str, Any]]
 
 
-def _run_cell(config: dict[str, Any], train_cell: TrainCell) -> None:
-    """The Tune trainable: train (or skip) one cell and report its metrics."""
+def _run_cell(config: dict[str, Any], train_cell: TrainCell, flag: Any) -> None:
+    """The Tune trainable: train (or skip) one cell and report its metrics, or, once the
+    sweep's driver asked to stop (``flag``), the step its checkpoint holds (``stopped_at``)
+    or that it never began (``not_started``)."""
     import torch
     from ray import tune
 
+    from cmpnn_dist.training.interrupt import TrainingInterrupted
+
     config = config["cell"]
-    run_dir = Path(config["run_dir"])
-    result = cell_result(run_dir)
+    cell_id = config["cell_id"]
+    stop = stop_source(flag)
+    result = cell_result(Path(config["run_dir"]))
     if result is None:
+        if stop() is not None:
+            tune.report({"cell_id": cell_id, "not_started": 1.0})
+            return
         torch.set_num_threads(max(1, int(config["cpus"])))
-        result = train_cell(config["preset"], config["overrides"])
-    tune.report({"cell_id": config["cell_id"], **_flat(result)})
+        try:
+            result = train_cell(config["preset"], config["overrides"], stop)
+        except TrainingInterrupted as exc:  # its step is checkpointed
+            tune.report({"cell_id": cell_id, "stopped_at": float(exc.step)})
+            return
+    tune.report({"cell_id": cell_id, **_flat(result)})
 
 
 def run_sweep(
@@ -64,11 +85,14 @@ def run_sweep(
     train_cell: TrainCell,
 ) -> dict[str, Any]:
     """Run every cell of the sweep ``name`` (``configs[i]``: cell i's composed config); returns
-    the sweep folder, its results file and the count of finished / failed cells.
+    the sweep folder, its results file, the count of finished / failed cells, and after a
+    Ctrl-C / SIGTERM (``stopped_by``: the signal, else None) the cells it stopped
+    (``stopped``: cell id -> checkpointed step) and those it did not begin (``not_started``).
 
-    ``train_cell(preset, overrides) -> result`` composes one cell's config and trains it in the
-    trial's process (the caller's training function: this module never imports an entry
-    point); it must be importable by name in a Ray worker (a module-level function)."""
+    ``train_cell(preset, overrides, stop_source) -> result`` composes one cell's config and
+    trains it in the trial's process, polling ``stop_source`` after each step (the caller's
+    training function: this module never imports an entry point); it must be importable by
+    name in a Ray worker (a module-level function)."""
     from ray import tune
 
     from cmpnn_dist.paper import signature
@@ -104,9 +128,11 @@ def run_sweep(
         file=sys.stderr,
     )
     started = _init_ray(cfg)
+    signum, gave_up = None, None
     try:
         import ray
 
+        flag = new_stop_flag()
         total_cpus = ray.cluster_resources().get("CPU", os.cpu_count() or 1)
         trials = [
             {"preset": c["preset"], "overrides": c["compose"], "run_dir": c["run_dir"],
@@ -115,7 +141,7 @@ def run_sweep(
         ]  # fmt: skip
         tuner = tune.Tuner(
             tune.with_resources(
-                tune.with_parameters(_run_cell, train_cell=train_cell), {"cpu": cpus}
+                tune.with_parameters(_run_cell, train_cell=train_cell, flag=flag), {"cpu": cpus}
             ),
             param_space={"cell": tune.grid_search(trials)},
             tune_config=tune.TuneConfig(
@@ -128,7 +154,14 @@ def run_sweep(
                 failure_config=tune.FailureConfig(max_failures=cfg.cluster.max_failures),
             ),
         )  # fmt: skip
-        grid = tuner.fit()
+        try:
+            grid, signum = fit_until_stopped(
+                tuner.fit,
+                lambda sig: ray.get(flag.request.remote(sig)),
+                grace_s=cfg.cluster.collective_timeout_s,
+            )
+        except WorkersDidNotStop as stuck:  # the cells stop with this driver's Ray
+            grid, signum, gave_up = [], stuck.signum, stuck.grace_s
     finally:
         if started:
             import ray
@@ -140,6 +173,9 @@ def run_sweep(
         for r in grid
         if r.error is not None
     ]
+    metrics = [r.metrics or {} for r in grid if r.error is None]
+    stopped = {m["cell_id"]: int(m["stopped_at"]) for m in metrics if "stopped_at" in m}
+    not_started = [m["cell_id"] for m in metrics if "not_started" in m]
     results = write_results_csv(folder)
     finished = sum(cell_result(Path(c["run_dir"])) is not None for c in spec_cells)
     print(
@@ -153,4 +189,8 @@ def run_sweep(
         "cells": len(cells),
         "finished": finished,
         "errors": errors,
+        "stopped_by": signum,
+        "stopped": stopped,
+        "not_started": not_started,
+        "gave_up_after_s": gave_up,
     }

@@ -21,7 +21,8 @@
   concatenates every rank's rows in rank order, ``n_k`` may differ between ranks.
 * ``stop_requests()`` is a context manager around the step loop: while it is active a SIGINT /
   SIGTERM becomes a stop request instead of stopping the process (in-process: this process's
-  signal handlers; a Ray worker: the driver catches the signal and tells the workers).
+  signal handlers; a Ray worker or a sweep's cell: the driver catches the signal and tells
+  the workers or cells).
 * ``stop_signal()`` is called on **every rank** once per step, after the step: the signal
   number of a pending stop request or None, the **same answer on every rank** (so every rank
   checkpoints and stops at the same step: see :mod:`~cmpnn_dist.training.interrupt`).
@@ -35,6 +36,7 @@ import logging
 import math
 import shutil
 import sys
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -114,6 +116,9 @@ class LocalContext:
             ``<run_dir>.replaced-<time>`` and starts fresh.
         tensorboard: also write TensorBoard scalars.
         announce: print "resuming from step N" / "starting from step 0" lines (main rank).
+        stop_source: stop requests made outside this process (a sweep's cell runs in a Ray
+            Tune trial, where signals cannot be caught: its driver catches them), polled by
+            :meth:`stop_signal` after each step; returns a signal number or None.
     """
 
     rank = 0
@@ -127,6 +132,7 @@ class LocalContext:
         resume: bool = True,
         tensorboard: bool = True,
         announce: bool = True,
+        stop_source: Callable[[], int | None] | None = None,
     ) -> None:
         self.run_uri = fs.normalize(run_dir)
         self.device = torch.device(device)
@@ -147,6 +153,7 @@ class LocalContext:
         self._rows: list[dict[str, Any]] = []
         self.moved_aside: str | None = None
         self._stops: StopRequests | None = None
+        self._stop_source = stop_source
         if not resume and is_nonempty_dir(self.run_uri):
             self.moved_aside = move_aside(self.run_uri)
             self.say(f"resume=false: moved the existing run folder to {self.moved_aside}")
@@ -181,8 +188,12 @@ class LocalContext:
         return self._stops
 
     def stop_signal(self) -> int | None:
-        """The signal received since :meth:`stop_requests` was entered, else None."""
-        return None if self._stops is None else self._stops.signum
+        """The signal received since :meth:`stop_requests` was entered, or else the one
+        ``stop_source`` reports; None when neither asks to stop."""
+        own = None if self._stops is None else self._stops.signum
+        if own is None and self._stop_source is not None:
+            return self._stop_source()
+        return own
 
     def latest_checkpoint(self) -> Path | None:
         """The newest valid checkpoint (announced); None starts fresh and clears old logs."""

@@ -60,6 +60,7 @@ def fit(
     ctx: TrainContext | None = None,
     run_dir: str | Path | None = None,
     on_step: Callable[[int], None] | None = None,
+    stop_source: Callable[[], int | None] | None = None,
 ) -> FitResult:
     """Train a C-MPNN on ``data`` as configured by ``cfg`` (a ``Config`` or its DictConfig).
 
@@ -71,6 +72,8 @@ def fit(
             (default ``<storage_root>/runs/<run_name or timestamp>``).
         on_step: called with the step number after each step's bookkeeping (checkpoint,
             validation) is done; tests raise from it to simulate a crash.
+        stop_source: with ``ctx`` None, stop requests made outside this process (a sweep's
+            cell: its driver's; see :class:`LocalContext`).
 
     Returns:
         :class:`FitResult`; ``model`` carries the best weights (by valid MRR).
@@ -84,6 +87,7 @@ def fit(
             device=resolve_device(tc.device),
             keep_last=cfg.checkpoint.keep_last,
             resume=cfg.resume,
+            stop_source=stop_source,
         )
     was_deterministic = torch.are_deterministic_algorithms_enabled()
     threads = torch.get_num_threads()
