@@ -207,8 +207,8 @@ def _train_steps(run: Path) -> list[int]:
 
 @pytest.mark.slow
 def test_ctrl_c_checkpoints_the_running_cells_and_starts_no_other(tmp_path):
-    """Three cells, two at a time (one CPU each on a local Ray); a terminal's Ctrl-C (SIGINT to
-    the driver's whole process group) once both running cells have trained 20 steps: the
+    """Three cells, two at a time (half the CPUs each, on a local Ray); a terminal's Ctrl-C
+    (SIGINT to the driver's process group) once both running cells have trained 20 steps: the
     sweep exits 130 with one line naming the two cells and the steps they checkpointed; each
     checkpoint is the cell's last trained step (nothing lost); the third cell never began.
     The same command then ends all three, every step trained exactly once."""
@@ -216,10 +216,11 @@ def test_ctrl_c_checkpoints_the_running_cells_and_starts_no_other(tmp_path):
     env |= {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     storage = tmp_path / "storage"
     tiny = [o for o in TINY if not o.startswith(("train.max_steps=", "checkpoint.every_steps="))]
+    half = (os.cpu_count() or 2) / 2  # two cells run, the third waits, on any machine
     cmd = [sys.executable, "-m", "cmpnn_dist.train", "-m", "sweep_name=c", "train.seed=0,1,2",
            *tiny, "train.epochs=3", "train.max_steps=300", "checkpoint.every_steps=1000",
-           "eval.max_queries=40",
-           "cluster.cpus_per_worker=1", f"storage_root={storage}"]  # fmt: skip
+           "eval.max_queries=40", f"cluster.cpus_per_worker={half:g}",
+           f"storage_root={storage}"]  # fmt: skip
     runs = storage / "runs" / "c"
     first = subprocess.Popen(cmd, cwd=REPO, env=env, start_new_session=True, text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
