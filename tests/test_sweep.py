@@ -1,12 +1,13 @@
 """Sweeps: Hydra's multirun grammar expanded into cells, reports against a hand-made fixture
 sweep, and (slow) a 2 x 2 sweep on a real ``ray start --head`` cluster killed after its first
-finished cell and restarted, a sweep stopped by Ctrl-C and continued, and a sweep with a
-failed cell."""
+finished cell and restarted, a sweep stopped by Ctrl-C and continued, one stopped by
+``ray job stop``, and a sweep with a failed cell."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -205,6 +206,44 @@ def _train_steps(run: Path) -> list[int]:
     return [int(r.split(",")[1]) for r in rows if r.startswith("train,")]
 
 
+def _wait_for_two_training_cells(runs: Path, alive) -> list[Path]:
+    """The run folders of the two cells that first trained 20 steps."""
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        running = [r for r in runs.glob("*") if len(_train_steps(r)) >= 20]
+        if len(running) == 2:
+            return running
+        alive()
+        time.sleep(0.2)
+    raise AssertionError("two cells did not start training in time")
+
+
+def _assert_stopped(result: dict, runs: Path, running: list[Path], log: str) -> dict[str, int]:
+    """The three-cell sweep ``c`` stopped by a signal while the cells ``running`` trained: each
+    checkpointed its last trained step (nothing lost), the third never began, and the log has
+    the one line naming them.  Returns cell id -> the step it stopped at."""
+    how = signal.Signals(result["stopped_by"]).name
+    assert result["finished"] == 0, result
+    stopped = result["stopped"]
+    assert sorted(stopped) == sorted(r.name for r in running)
+    assert result["not_started"] == [c for c in ("train.seed=0", "train.seed=1", "train.seed=2")
+                                     if c not in stopped]  # fmt: skip
+    for cell, step in stopped.items():
+        steps = _train_steps(runs / cell)
+        assert 20 <= step < 300 and steps == list(range(1, step + 1)), (cell, step, steps[-3:])
+        newest = max(p.name for p in (runs / cell / "checkpoints").glob("step_*"))
+        assert newest == f"step_{step:08d}", (cell, newest)
+    (idle,) = result["not_started"]
+    assert not (runs / idle / "checkpoints").exists() and _train_steps(runs / idle) == []
+    lines = [x for x in log.splitlines() if x.startswith(f"sweep c interrupted by {how}")]
+    named = ", ".join(f"{c} at step {s}" for c, s in stopped.items())
+    assert lines == [
+        f"sweep c interrupted by {how}: of 3 cells 2 checkpointed ({named}), 1 not started, "
+        "0 finished; the same command continues it"
+    ], log[-3000:]
+    return stopped
+
+
 @pytest.mark.slow
 def test_ctrl_c_checkpoints_the_running_cells_and_starts_no_other(tmp_path):
     """Three cells, two at a time (half the CPUs each, on a local Ray); a terminal's Ctrl-C
@@ -225,14 +264,11 @@ def test_ctrl_c_checkpoints_the_running_cells_and_starts_no_other(tmp_path):
     first = subprocess.Popen(cmd, cwd=REPO, env=env, start_new_session=True, text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     try:
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            running = [r for r in runs.glob("*") if len(_train_steps(r)) >= 20]
-            if len(running) == 2:
-                break
+
+        def alive() -> None:
             assert first.poll() is None, "the sweep ended before two cells trained"
-            time.sleep(0.2)
-        assert len(running) == 2, "two cells did not start training in time"
+
+        running = _wait_for_two_training_cells(runs, alive)
         os.killpg(first.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
         out, err = first.communicate(timeout=300)
     finally:
@@ -240,25 +276,8 @@ def test_ctrl_c_checkpoints_the_running_cells_and_starts_no_other(tmp_path):
             os.killpg(first.pid, signal.SIGKILL)
     assert first.returncode == 130, err[-3000:]
     result = json.loads(out.strip().splitlines()[-1])
-    assert result["stopped_by"] == signal.SIGINT and result["finished"] == 0
-    stopped = result["stopped"]
-    assert sorted(stopped) == sorted(r.name for r in running)
-    assert result["not_started"] == [c for c in ("train.seed=0", "train.seed=1", "train.seed=2")
-                                     if c not in stopped]  # fmt: skip
-    for cell, step in stopped.items():
-        steps = _train_steps(runs / cell)
-        assert 20 <= step < 300 and steps == list(range(1, step + 1)), (cell, step, steps[-3:])
-        assert [p.name for p in (runs / cell / "checkpoints").glob("step_*")] == [
-            f"step_{step:08d}"
-        ]
-    (idle,) = result["not_started"]
-    assert not (runs / idle / "checkpoints").exists() and _train_steps(runs / idle) == []
-    lines = [x for x in err.splitlines() if x.startswith("sweep c interrupted by SIGINT")]
-    named = ", ".join(f"{c} at step {s}" for c, s in stopped.items())
-    assert lines == [
-        f"sweep c interrupted by SIGINT: of 3 cells 2 checkpointed ({named}), 1 not started, "
-        "0 finished; the same command continues it"
-    ], err[-3000:]
+    assert result["stopped_by"] == signal.SIGINT
+    stopped = _assert_stopped(result, runs, running, err)
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -267,3 +286,38 @@ def test_ctrl_c_checkpoints_the_running_cells_and_starts_no_other(tmp_path):
         assert _train_steps(cell) == list(range(1, 301)), cell.name
     for step in stopped.values():  # they went on from the step they stopped at
         assert f"[cmpnn_dist] resuming from step {step}:" in proc.stderr
+
+
+@pytest.mark.slow
+def test_ray_job_stop_checkpoints_a_submitted_sweeps_running_cells(tmp_path):
+    """``ray job stop`` sends the driver SIGTERM and SIGKILL ``RAY_JOB_STOP_WAIT_TIME_S``
+    later (Ray's default: 3 s); submitted with a longer wait (docs/clusters.md), a sweep on a
+    real ``ray start --head`` cluster ends as on Ctrl-C: the running cells checkpoint their
+    last step, the third never begins, and the job's log has the sweep's line."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "CMPNN_"))}
+    env |= {"RAY_AUTH_MODE": "token", "OMP_NUM_THREADS": "1"}
+    head = Head(env)  # two CPUs: two cells at a time
+    storage = tmp_path / "storage"
+    tiny = [o for o in TINY if not o.startswith(("train.max_steps=", "checkpoint.every_steps="))]
+    args = ["-m", "sweep_name=c", "train.seed=0,1,2", *tiny, "train.epochs=3",
+            "train.max_steps=300", "checkpoint.every_steps=1000", "eval.max_queries=40",
+            "cluster.cpus_per_worker=1", f"storage_root={storage}"]  # fmt: skip
+    runs = storage / "runs" / "c"
+    try:
+        done = head.submit(args, no_wait=True, env_vars={"RAY_JOB_STOP_WAIT_TIME_S": "120"})
+        assert done.returncode == 0, done.stderr[-2000:]
+        job = re.search(r"raysubmit_\w+", done.stdout + done.stderr).group(0)
+        running = _wait_for_two_training_cells(runs, head.check)
+        ray_job = ["ray", "job"]
+        stop = subprocess.run([*ray_job, "stop", "--address", head.address, job], env=env,
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert stop.returncode == 0, stop.stderr[-2000:]
+        logs = subprocess.run([*ray_job, "logs", "--address", head.address, job], env=env,
+                              capture_output=True, text=True, timeout=120).stdout  # fmt: skip
+    finally:
+        head.kill()
+    last = [x for x in logs.splitlines() if x.startswith('{"sweep_dir"')]
+    assert last, logs[-3000:]
+    result = json.loads(last[-1])
+    assert result["stopped_by"] == signal.SIGTERM
+    _assert_stopped(result, runs, running, logs)
