@@ -55,6 +55,15 @@ def history(run_dir: Path) -> list[dict[str, str]]:
         return [{k: v for k, v in row.items() if k != "time_s"} for row in csv.DictReader(f)]
 
 
+def logged_train_steps(run_dir: Path) -> list[int]:
+    """The steps of the ``train`` rows in a run folder's ``metrics.csv`` (none yet: [])."""
+    try:
+        rows = (Path(run_dir) / "metrics.csv").read_text().splitlines()[1:]
+    except OSError:
+        return []
+    return [int(r.split(",")[1]) for r in rows if r.startswith("train,")]
+
+
 def run_files(folder: Path) -> set[str]:
     """Relative names of a run folder's files (TensorBoard event names vary: one name)."""
     out = set()

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _real_run import logged_train_steps
 
 from cmpnn_dist.distributed import faults
 from cmpnn_dist.training.checkpoint import load_checkpoint, read_manifest
@@ -69,14 +70,6 @@ def _summary(proc: subprocess.CompletedProcess) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _logged_train_steps(run: Path) -> list[int]:
-    try:
-        rows = (run / "metrics.csv").read_text().splitlines()[1:]
-    except OSError:
-        return []
-    return [int(r.split(",")[1]) for r in rows if r.startswith("train,")]
-
-
 def _interrupt(root: Path, run_name: str, signum: int) -> tuple[int, str]:
     """Start the run, send ``signum`` to the driver once a step past the first scheduled
     checkpoint is in metrics.csv; returns (exit status, stdout + stderr)."""
@@ -86,7 +79,7 @@ def _interrupt(root: Path, run_name: str, signum: int) -> tuple[int, str]:
     run = root / "runs" / run_name
     try:
         deadline = time.monotonic() + 400
-        while not [s for s in _logged_train_steps(run) if s > EVERY]:
+        while not [s for s in logged_train_steps(run) if s > EVERY]:
             assert proc.poll() is None, proc.stdout.read()[-4000:]
             assert time.monotonic() < deadline, "no step past the first checkpoint in time"
             time.sleep(0.05)
@@ -150,7 +143,7 @@ def test_sigterm_checkpoints_the_step_and_resume_is_bit_identical(tmp_path):
     assert ckpt == str(run / "checkpoints" / f"step_{step:08d}")
     assert read_manifest(Path(ckpt), verify_checksums=True)
     assert load_checkpoint(Path(ckpt))["step"] == step
-    assert max(_logged_train_steps(run)) == step  # every rank stopped at that step
+    assert max(logged_train_steps(run)) == step  # every rank stopped at that step
     assert not (run / "results.json").exists()
 
     argv = shlex.split(resume)
@@ -165,7 +158,7 @@ def test_sigterm_checkpoints_the_step_and_resume_is_bit_identical(tmp_path):
     assert ours.keys() == theirs.keys()
     for key, value in theirs.items():
         assert torch.equal(ours[key], value), key
-    assert _logged_train_steps(run) == list(range(1, MAX_STEPS + 1))
+    assert logged_train_steps(run) == list(range(1, MAX_STEPS + 1))
 
 
 @pytest.mark.timeout(600)

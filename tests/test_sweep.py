@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from _ray_head import Head
-from _real_run import TINY, hold_lock
+from _real_run import TINY, hold_lock, logged_train_steps
 
 from cmpnn_dist.paper import SPLITS, paper_value, peer_values
 from cmpnn_dist.sweep import expand, report, summarize, write_results_csv
@@ -142,8 +142,7 @@ def test_sweep_on_a_ray_cluster_survives_a_kill_and_restart(tmp_path):
         cells = sorted(p.name for p in runs.iterdir())
         assert len(cells) == 4
         for name in cells:  # every cell trained each step exactly once
-            rows = (runs / name / "metrics.csv").read_text().splitlines()[1:]
-            train_steps = [int(r.split(",")[1]) for r in rows if r.startswith("train,")]
+            train_steps = logged_train_steps(runs / name)
             assert train_steps == list(range(1, 31)), (name, train_steps)
         for name, mtime in finished_first.items():  # finished cells were not run again
             assert (runs / name / "results.json").stat().st_mtime_ns == mtime
@@ -200,17 +199,11 @@ def test_a_failed_cell_fails_the_sweep_after_the_others_ran(tmp_path):
     assert (runs / "train.seed=1" / "results.json").is_file()
 
 
-def _train_steps(run: Path) -> list[int]:
-    path = run / "metrics.csv"
-    rows = path.read_text().splitlines()[1:] if path.is_file() else []
-    return [int(r.split(",")[1]) for r in rows if r.startswith("train,")]
-
-
 def _wait_for_two_training_cells(runs: Path, alive) -> list[Path]:
     """The run folders of the two cells that first trained 20 steps."""
     deadline = time.time() + 300
     while time.time() < deadline:
-        running = [r for r in runs.glob("*") if len(_train_steps(r)) >= 20]
+        running = [r for r in runs.glob("*") if len(logged_train_steps(r)) >= 20]
         if len(running) == 2:
             return running
         alive()
@@ -229,12 +222,12 @@ def _assert_stopped(result: dict, runs: Path, running: list[Path], log: str) -> 
     assert result["not_started"] == [c for c in ("train.seed=0", "train.seed=1", "train.seed=2")
                                      if c not in stopped]  # fmt: skip
     for cell, step in stopped.items():
-        steps = _train_steps(runs / cell)
+        steps = logged_train_steps(runs / cell)
         assert 20 <= step < 300 and steps == list(range(1, step + 1)), (cell, step, steps[-3:])
         newest = max(p.name for p in (runs / cell / "checkpoints").glob("step_*"))
         assert newest == f"step_{step:08d}", (cell, newest)
     (idle,) = result["not_started"]
-    assert not (runs / idle / "checkpoints").exists() and _train_steps(runs / idle) == []
+    assert not (runs / idle / "checkpoints").exists() and logged_train_steps(runs / idle) == []
     lines = [x for x in log.splitlines() if x.startswith(f"sweep c interrupted by {how}")]
     named = ", ".join(f"{c} at step {s}" for c, s in stopped.items())
     assert lines == [
@@ -283,7 +276,7 @@ def test_ctrl_c_checkpoints_the_running_cells_and_starts_no_other(tmp_path):
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["finished"] == 3 and out["stopped_by"] is None
     for cell in runs.iterdir():
-        assert _train_steps(cell) == list(range(1, 301)), cell.name
+        assert logged_train_steps(cell) == list(range(1, 301)), cell.name
     for step in stopped.values():  # they went on from the step they stopped at
         assert f"[cmpnn_dist] resuming from step {step}:" in proc.stderr
 
