@@ -23,7 +23,6 @@ import json
 import os
 import platform
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,11 +34,7 @@ from pathlib import Path
 
 from provenance import REPO, command_line, git_commit, write_atomic
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from cmpnn_dist.serve.launch import quiet_port
 
 
 def env() -> dict[str, str]:
@@ -60,7 +55,7 @@ def get(port: int, path: str) -> dict:
 
 
 def start_server(ckpt: Path, batching: bool, log: Path) -> tuple[subprocess.Popen, int]:
-    port = free_port()
+    port = quiet_port()
     cmd = [sys.executable, "-m", "cmpnn_dist.serve", f"ckpt={ckpt}", f"serve.port={port}",
            f"serve.batching={str(batching).lower()}"]  # fmt: skip
     with open(log, "w") as out:

@@ -11,19 +11,19 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from cmpnn_dist.serve.launch import quiet_port
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A local port no Ray starting beside the tests can take first (see ``quiet_port``)."""
+    return quiet_port()
 
 
 def wait_for(predicate, timeout: float, what: str, alive=None) -> None:

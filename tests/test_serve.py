@@ -133,8 +133,8 @@ def server(run_dir, tmp_path_factory):
         try:
             if srv.request("GET", "/health")[1]["status"] == "ok":
                 break
-        except (OSError, ValueError, KeyError):
-            pass
+        except (OSError, ValueError, KeyError, http.client.HTTPException):
+            pass  # not up yet; another process on the port: the server exits, saying so
         if time.monotonic() > deadline:
             proc.kill()
             pytest.fail(f"no /health after {START_TIMEOUT_S} s: {log.read_text()[-3000:]}")

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import errno
 import os
+import random
 import socket
+from pathlib import Path
 
 from cmpnn_dist.errors import UsageError
 from cmpnn_dist.openmp_env import openmp_env
@@ -23,6 +25,36 @@ SERVE_ENV = {
     "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60",
     "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "60",
 }
+
+
+# Ray's workers listen on ports 10002-19999 (its --min/max-worker-port defaults); its GCS,
+# raylet and agents, like any process binding port 0, get one of the kernel's ephemeral range
+RAY_WORKER_PORTS_END = 19999
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def quiet_port(host: str = "127.0.0.1") -> int:
+    """A port free on ``host`` now that no starting Ray can take before its user binds it.
+
+    A port from ``bind(0)`` is in the ephemeral range, where the Ray a server starts (and any
+    other process binding port 0) draws its own ports: between the choice and the server's
+    bind, one of them may take it.  This draws above Ray's worker ports and below that range
+    instead (falling back to ``bind(0)`` where no such gap exists)."""
+    try:
+        ephemeral_low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768  # Linux's default
+    gap = range(RAY_WORKER_PORTS_END + 1, ephemeral_low)
+    for port in random.SystemRandom().sample(gap, min(len(gap), 100)):
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
 
 
 def check_address(host: str, port: int) -> None:
