@@ -49,6 +49,7 @@ from cmpnn_dist.training.checkpoint_store import CheckpointStore
 from cmpnn_dist.training.context import LocalContext
 
 from . import faults
+from .stop import stop_source
 from .timing import StepTimer
 
 logger = logging.getLogger(__name__)
@@ -130,8 +131,8 @@ class RayTrainContext:
         self._save_started: float | None = None
         self._restore_started: float | None = None
         self._metrics: LocalContext | None = None
-        self._stops = stops
-        self._next_poll = 0.0
+        # rank 0 asks the driver's actor; the other ranks hear its answer in the broadcast
+        self._poll_stops = stop_source(stops, STOP_POLL_S) if stops is not None else None
         self._stop_signal: int | None = None
         # where rank 0 writes metrics.csv, TensorBoard and fit's results.json: the run folder
         # itself on a local / shared filesystem, else scratch (copied up at checkpoints)
@@ -216,10 +217,8 @@ class RayTrainContext:
         if self._stop_signal is not None:
             return self._stop_signal
         status = 0
-        now = time.monotonic()
-        if self.is_main and self._stops is not None and now >= self._next_poll:
-            self._next_poll = now + STOP_POLL_S
-            signum = ray.get(self._stops.stop_signal.remote())
+        if self.is_main and self._poll_stops is not None:
+            signum = self._poll_stops()
             status = STATUS_STOP + signum if signum else 0
         status = self._broadcast_status(status)
         if status == STATUS_FATAL:

@@ -38,18 +38,20 @@ FLAG_POLL_S = 1.0  # a sweep's cell asks the flag at most this often (a step may
 
 
 class StopFlag:
-    """The first stop request of a sweep's driver (a signal number), for its cells to read.
-    Created as a Ray actor with ``num_cpus=0`` (:func:`new_stop_flag`): it takes no CPU from
+    """The first stop request of a driver (a signal number), for its workers or its sweep's
+    cells to read.  Created as a Ray actor with ``num_cpus=0`` (:func:`new_stop_flag`; the
+    driver's :class:`~cmpnn_dist.distributed.worker.Outcome` is one too): it takes no CPU from
     the trials."""
 
     def __init__(self) -> None:
         self._signum: int | None = None
 
-    def request(self, signum: int) -> None:
+    def request_stop(self, signum: int) -> None:
+        """The driver got ``signum`` (SIGINT / SIGTERM); the first request wins."""
         if self._signum is None:
             self._signum = signum
 
-    def signum(self) -> int | None:
+    def stop_signal(self) -> int | None:
         return self._signum
 
 
@@ -61,8 +63,9 @@ def new_stop_flag() -> Any:
 
 
 def stop_source(flag: Any, every_s: float = FLAG_POLL_S) -> Callable[[], int | None]:
-    """A poll of the :class:`StopFlag` actor ``flag`` that calls it at most every ``every_s``
-    seconds (the answer in between is the last one; a request, once seen, stays)."""
+    """A poll of the :class:`StopFlag` actor ``flag`` (or of an ``Outcome``) that calls it at
+    most every ``every_s`` seconds, the first time at once (the answer in between is the last
+    one; a request, once seen, stays): a step may take milliseconds, a call to the actor not."""
     import ray
 
     seen: dict[str, Any] = {"signum": None, "at": -math.inf}
@@ -70,7 +73,7 @@ def stop_source(flag: Any, every_s: float = FLAG_POLL_S) -> Callable[[], int | N
     def poll() -> int | None:
         now = time.monotonic()
         if seen["signum"] is None and now - seen["at"] >= every_s:
-            seen["signum"], seen["at"] = ray.get(flag.signum.remote()), now
+            seen["signum"], seen["at"] = ray.get(flag.stop_signal.remote()), now
         return seen["signum"]
 
     return poll

@@ -157,7 +157,7 @@ def run_sweep(
         try:
             grid, signum = fit_until_stopped(
                 tuner.fit,
-                lambda sig: ray.get(flag.request.remote(sig)),
+                lambda sig: ray.get(flag.request_stop.remote(sig)),
                 grace_s=cfg.cluster.collective_timeout_s,
             )
         except WorkersDidNotStop as stuck:  # the cells stop with this driver's Ray

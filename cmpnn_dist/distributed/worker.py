@@ -38,6 +38,7 @@ from cmpnn_dist.training.interrupt import TrainingInterrupted
 from . import faults, remote
 from .context import PeerStoppedError, RayTrainContext
 from .crash_report import crash_record, quiet_ray_train_errors
+from .stop import StopFlag
 
 logger = logging.getLogger(__name__)
 
@@ -45,13 +46,13 @@ RESULT_FILE = "results.json"
 
 
 @ray.remote(num_cpus=0)
-class Outcome:
+class Outcome(StopFlag):
     """Driver-side mailbox: the first error a worker found not worth retrying, the driver's
-    stop request (a signal number) and where rank 0 stopped on it."""
+    stop request (a signal number: :class:`~.stop.StopFlag`) and where rank 0 stopped on it."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.error: str | None = None
-        self.signum: int | None = None
         self.stopped: tuple[int, int, str | None] | None = None  # (signal, step, checkpoint)
         self.attempt = 0  # counted by rank 0's starts: Ray restarts the whole group
         self.records: list[dict[str, Any]] = []
@@ -74,14 +75,6 @@ class Outcome:
 
     def get(self) -> str | None:
         return self.error
-
-    def request_stop(self, signum: int) -> None:
-        """The driver got ``signum`` (SIGINT / SIGTERM): the workers stop at their next step."""
-        if self.signum is None:
-            self.signum = signum
-
-    def stop_signal(self) -> int | None:
-        return self.signum
 
     def interrupted(self, signum: int, step: int, checkpoint: str | None) -> None:
         """Rank 0 checkpointed step ``step`` at ``checkpoint`` and stopped on ``signum``."""
