@@ -10,13 +10,8 @@ from cmpnn_dist.serve import launch
 from cmpnn_dist.serve.launch import RAY_WORKER_PORTS_END, quiet_port
 
 
-def _ephemeral_range() -> tuple[int, int]:
-    low, high = launch.EPHEMERAL_RANGE.read_text().split()
-    return int(low), int(high)
-
-
 def test_the_port_is_free_and_outside_rays_worker_ports_and_the_ephemeral_range():
-    low, _ = _ephemeral_range()
+    low, _ = launch.ephemeral_range()
     ports = [quiet_port() for _ in range(30)]
     assert all(RAY_WORKER_PORTS_END < p < low for p in ports), ports
     assert len(set(ports)) > 1  # drawn, not one fixed port two test modules would share
@@ -26,7 +21,7 @@ def test_the_port_is_free_and_outside_rays_worker_ports_and_the_ephemeral_range(
 
 def test_a_taken_port_is_never_returned(monkeypatch, tmp_path):
     """With the gap one port wide and that port held, the answer is ``bind(0)``'s."""
-    real_low, real_high = _ephemeral_range()
+    real_low, real_high = launch.ephemeral_range()
     with socket.socket() as held:
         taken = quiet_port()
         held.bind(("127.0.0.1", taken))

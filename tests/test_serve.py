@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -413,6 +414,49 @@ def test_a_taken_port_is_one_line(run_dir, server, capsys):
     assert run_cli(_main, [f"ckpt={run_dir}", f"serve.port={server.port}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err == f"error: serve.host=127.0.0.1 serve.port={server.port}: listening there is in use"
+
+
+def test_a_port_taken_while_ray_starts_is_one_line_with_a_port_to_use(run_dir):
+    """The port is free at the check before Ray starts; a listener takes it as soon as Ray is
+    up (as one of Ray's own processes may, when the port is an ephemeral one): the start ends
+    with one line that says so and names a port outside the ephemeral range."""
+    import ray
+
+    from cmpnn_dist.serve import launch
+    from cmpnn_dist.serve.settings import settings_from
+
+    low, high = launch.ephemeral_range()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    assert low <= port <= high
+    settings = settings_from({"ckpt": str(run_dir), "serve.port": str(port)}, [], str(REPO))
+    taker = socket.socket()
+    done = threading.Event()
+
+    def take_when_ray_is_up() -> None:
+        while not ray.is_initialized() and not done.is_set():
+            time.sleep(0.005)
+        taker.bind(("127.0.0.1", port))
+        taker.listen()
+
+    thread = threading.Thread(target=take_when_ray_is_up, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(UsageError) as caught:
+            launch.start(settings)
+    finally:
+        done.set()
+        thread.join(30)
+        taker.close()
+    message = str(caught.value)
+    assert message.startswith(
+        f"serve.host=127.0.0.1 serve.port={port}: free when the server began, taken while its "
+        f"Ray started; ports {low}-{high} are the kernel's ephemeral range"
+    ), message
+    suggested = int(message.rsplit("serve.port=", 1)[1])
+    assert not low <= suggested <= high
+    assert not ray.is_initialized()  # the start stopped its Ray
 
 
 def test_sigterm_stops_the_server(server):

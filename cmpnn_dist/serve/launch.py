@@ -33,6 +33,15 @@ RAY_WORKER_PORTS_END = 19999
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for ``bind(0)`` (Linux's default where it cannot be read)."""
+    try:
+        low, high = EPHEMERAL_RANGE.read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def quiet_port(host: str = "127.0.0.1") -> int:
     """A port free on ``host`` now that no starting Ray can take before its user binds it.
 
@@ -40,11 +49,7 @@ def quiet_port(host: str = "127.0.0.1") -> int:
     other process binding port 0) draws its own ports: between the choice and the server's
     bind, one of them may take it.  This draws above Ray's worker ports and below that range
     instead (falling back to ``bind(0)`` where no such gap exists)."""
-    try:
-        ephemeral_low = int(EPHEMERAL_RANGE.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        ephemeral_low = 32768  # Linux's default
-    gap = range(RAY_WORKER_PORTS_END + 1, ephemeral_low)
+    gap = range(RAY_WORKER_PORTS_END + 1, ephemeral_range()[0])
     for port in random.SystemRandom().sample(gap, min(len(gap), 100)):
         with socket.socket() as sock:
             try:
@@ -72,6 +77,22 @@ def check_address(host: str, port: int) -> None:
             raise UsageError(
                 f"serve.host={host} serve.port={port}: listening there {what}"
             ) from None
+
+
+def taken_while_starting(host: str, port: int) -> UsageError:
+    """``host:port`` was free when the server began and taken by the time Serve bound it: by
+    another process, or by this server's own Ray when the port is an ephemeral one."""
+    low, high = ephemeral_range()
+    why = (
+        f"ports {low}-{high} are the kernel's ephemeral range, from which Ray's own processes "
+        "draw theirs: choose one outside it"
+        if low <= port <= high
+        else "choose another"
+    )
+    return UsageError(
+        f"serve.host={host} serve.port={port}: free when the server began, taken while its Ray "
+        f"started; {why}, such as serve.port={quiet_port()}"
+    )
 
 
 def start(settings: ServeSettings, attempts: int = 3) -> str:
@@ -110,6 +131,12 @@ def start(settings: ServeSettings, attempts: int = 3) -> str:
                     f"{type(exc).__name__}: {exc})"
                 ) from None
     _watch()
+    if settings.port:
+        try:
+            check_address(settings.host, settings.port)
+        except UsageError:
+            stop()
+            raise taken_while_starting(settings.host, settings.port) from None
     try:
         serve.start(
             http_options={"host": settings.host, "port": settings.port},
@@ -119,6 +146,8 @@ def start(settings: ServeSettings, attempts: int = 3) -> str:
     except Exception as exc:  # noqa: BLE001 - e.g. a replica that failed to load the model
         stop()
         lines = [x for x in str(exc).strip().splitlines() if x.strip()]
+        if lines and "Failed to bind" in lines[-1]:  # taken after the check above
+            raise taken_while_starting(settings.host, settings.port) from None
         raise UsageError(
             f"the server did not start: {lines[-1] if lines else type(exc).__name__}"
         ) from None
