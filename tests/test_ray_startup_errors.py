@@ -10,13 +10,14 @@ port where nothing listens (Ray itself would retry that address for many minutes
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from cmpnn_dist.serve.launch import quiet_port
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = [
@@ -31,9 +32,9 @@ TINY = [
 
 
 def _dead_address() -> str:
-    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
+    # a port free a moment ago, outside the ranges a Ray starting beside the tests draws from:
+    # nothing listens there
+    return f"127.0.0.1:{quiet_port()}"
 
 
 def _run(args: list[str], root: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
