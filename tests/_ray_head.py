@@ -21,11 +21,6 @@ from cmpnn_dist.serve.launch import quiet_port
 REPO = Path(__file__).resolve().parents[1]
 
 
-def free_port() -> int:
-    """A local port no Ray starting beside the tests can take first (see ``quiet_port``)."""
-    return quiet_port()
-
-
 def wait_for(predicate, timeout: float, what: str, alive=None) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -41,7 +36,7 @@ class Head:
 
     def __init__(self, env: dict) -> None:
         self.env = env
-        self.port, self.dash = free_port(), free_port()
+        self.port, self.dash = quiet_port(), quiet_port()
         self.temp_dir = tempfile.mkdtemp(prefix="rayh", dir="/tmp")  # short: socket paths
         self.proc = subprocess.Popen(
             ["ray", "start", "--head", "--block", "--num-cpus=2", f"--port={self.port}",
@@ -49,10 +44,10 @@ class Head:
              f"--dashboard-port={self.dash}",
              # own agent ports: another local Ray (a test module's, a user's sweep) may hold
              # the defaults, and an agent that cannot bind never registers
-             f"--dashboard-agent-listen-port={free_port()}",
-             f"--dashboard-agent-grpc-port={free_port()}",
-             f"--runtime-env-agent-port={free_port()}",
-             f"--metrics-export-port={free_port()}", f"--temp-dir={self.temp_dir}",
+             f"--dashboard-agent-listen-port={quiet_port()}",
+             f"--dashboard-agent-grpc-port={quiet_port()}",
+             f"--runtime-env-agent-port={quiet_port()}",
+             f"--metrics-export-port={quiet_port()}", f"--temp-dir={self.temp_dir}",
              "--disable-usage-stats"],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True,

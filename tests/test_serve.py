@@ -29,13 +29,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _ray_head import free_port
 from conftest import running_in_ci
 
 from cmpnn_dist.cli import run_cli
 from cmpnn_dist.convert.synthetic.rule_kg import build_rule_kg
 from cmpnn_dist.errors import UsageError
 from cmpnn_dist.predict import Predictor
+from cmpnn_dist.serve.launch import quiet_port
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT_NAME = "<script>pwned=1</script><img src=x onerror=pwned=2>"
@@ -114,7 +114,7 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server(run_dir, tmp_path_factory):
-    port = free_port()
+    port = quiet_port()
     log = tmp_path_factory.mktemp("serve_log") / "server.log"
     cmd = [
         sys.executable,
