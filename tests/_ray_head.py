@@ -36,7 +36,11 @@ class Head:
 
     def __init__(self, env: dict) -> None:
         self.env = env
-        self.port, self.dash = quiet_port(), quiet_port()
+        # six different ports: each draw of quiet_port is only checked free, not held
+        ports: set[int] = set()
+        while len(ports) < 6:
+            ports.add(quiet_port())
+        self.port, self.dash, agent_listen, agent_grpc, runtime_env, metrics = ports
         self.temp_dir = tempfile.mkdtemp(prefix="rayh", dir="/tmp")  # short: socket paths
         self.proc = subprocess.Popen(
             ["ray", "start", "--head", "--block", "--num-cpus=2", f"--port={self.port}",
@@ -44,10 +48,10 @@ class Head:
              f"--dashboard-port={self.dash}",
              # own agent ports: another local Ray (a test module's, a user's sweep) may hold
              # the defaults, and an agent that cannot bind never registers
-             f"--dashboard-agent-listen-port={quiet_port()}",
-             f"--dashboard-agent-grpc-port={quiet_port()}",
-             f"--runtime-env-agent-port={quiet_port()}",
-             f"--metrics-export-port={quiet_port()}", f"--temp-dir={self.temp_dir}",
+             f"--dashboard-agent-listen-port={agent_listen}",
+             f"--dashboard-agent-grpc-port={agent_grpc}",
+             f"--runtime-env-agent-port={runtime_env}",
+             f"--metrics-export-port={metrics}", f"--temp-dir={self.temp_dir}",
              "--disable-usage-stats"],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True,
