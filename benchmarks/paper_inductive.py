@@ -268,14 +268,17 @@ def _store_pieces(storage: Path) -> list[dict]:
     return [found] if isinstance(found, dict) else found
 
 
-def start_piece(storage: Path, runs: list[str] | None = None) -> None:
+def start_piece(storage: Path, runs: list[str] | None = None, device: str | None = None) -> None:
     """Record in ``storage`` the machine and code of the piece starting there and each cell's
     step at its start (-1: from scratch), beside the pieces started there before, so that
-    ``save`` can say which pieces moved a cell, even those that ended without a save."""
+    ``save`` can say which pieces moved a cell, even those that ended without a save.
+    ``device``: the GPU the piece trains on (``paper_inductive_card.py``); None: the CPU."""
     storage.mkdir(parents=True, exist_ok=True)
     this = {"cpu": cpu_model(), "commit": git_commit("--short=12", mark_dirty=True),
             "started_utc": _now(),
             "from_step": {n: _step(storage / "runs" / n) for n in runs or run_names()}}  # fmt: skip
+    if device:
+        this["device"] = device
     write_atomic(storage / PIECE, json.dumps([*_store_pieces(storage), this], indent=1))
 
 
@@ -285,7 +288,8 @@ def pieces_of(storage: Path, name: str, step: int) -> list[dict]:
     record (a cell trained by hand), one piece of this checkout, from an unknown step."""
     here = [
         {"cpu": p["cpu"], "commit": p["commit"], "started_utc": p["started_utc"],
-         "store": str(storage), "from_step": p.get("from_step", {}).get(name)}
+         "store": str(storage), "from_step": p.get("from_step", {}).get(name),
+         **({"device": p["device"]} if "device" in p else {})}
         for p in _store_pieces(storage)
     ]  # fmt: skip
     if not here:
@@ -362,7 +366,7 @@ def archived(archive: Path = ARCHIVE) -> tuple[list[dict], list[str]]:
             continue
         res = json.loads((cell / "results.json").read_text())
         done.append({"split": split, "variant": variant, "seed": seed, "run": name,
-                     "cpus": sorted({p["cpu"] for p in _pieces(cell)}),
+                     "cpus": sorted({p.get("device", p["cpu"]) for p in _pieces(cell)}),
                      "test": res["test"],
                      "facts": json.loads((cell / "facts.json").read_text())})  # fmt: skip
     return done, todo
