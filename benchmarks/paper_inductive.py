@@ -219,7 +219,12 @@ def facts_filter_metrics(run: Path, storage: Path, ranks_to: Path) -> dict:
     from cmpnn_dist.training.validation import evaluate_split
 
     torch.set_num_threads(1)
-    model, cfg, ds = load_model(run, [f"storage_root={storage}", "eval.filter=facts"])
+    # a run's newest checkpoint holds its best weights; a finished cell packed on a card
+    # before ``paper_inductive_card.pack`` kept it has only their published copy
+    src = run if _step(run) >= 0 else run / "checkpoints" / "best"
+    # on this CPU, whichever device trained the cell (one of a card says train.device=cuda)
+    over = [f"storage_root={storage}", "eval.filter=facts", "train.device=cpu"]
+    model, cfg, ds = load_model(src, over)
     data = load_train_data(ds, "facts")
     with tempfile.TemporaryDirectory(dir=ranks_to.parent) as tmp:
         out = evaluate_split(model, data.test, data.test.graph, cfg, data.num_relations,
@@ -269,14 +274,16 @@ def _store_pieces(storage: Path) -> list[dict]:
 
 
 def start_piece(storage: Path, runs: list[str] | None = None, device: str | None = None) -> None:
-    """Record in ``storage`` the machine and code of the piece starting there and each cell's
-    step at its start (-1: from scratch), beside the pieces started there before, so that
-    ``save`` can say which pieces moved a cell, even those that ended without a save.
+    """Record in ``storage`` the machine and code of the piece starting there and each
+    unfinished cell's step at its start (-1: from scratch), beside the pieces started there
+    before, so that ``save`` can say which pieces moved a cell, even those that ended
+    without a save.
     ``device``: the GPU the piece trains on (``paper_inductive_card.py``); None: the CPU."""
     storage.mkdir(parents=True, exist_ok=True)
     this = {"cpu": cpu_model(), "commit": git_commit("--short=12", mark_dirty=True),
             "started_utc": _now(),
-            "from_step": {n: _step(storage / "runs" / n) for n in runs or run_names()}}  # fmt: skip
+            "from_step": {n: _step(storage / "runs" / n) for n in runs or run_names()
+                          if not (storage / "runs" / n / "results.json").is_file()}}  # fmt: skip
     if device:
         this["device"] = device
     write_atomic(storage / PIECE, json.dumps([*_store_pieces(storage), this], indent=1))
@@ -291,6 +298,7 @@ def pieces_of(storage: Path, name: str, step: int) -> list[dict]:
          "store": str(storage), "from_step": p.get("from_step", {}).get(name),
          **({"device": p["device"]} if "device" in p else {})}
         for p in _store_pieces(storage)
+        if "from_step" not in p or name in p["from_step"]  # a piece that left it alone: none
     ]  # fmt: skip
     if not here:
         return [{"cpu": cpu_model(), "commit": git_commit("--short=12", mark_dirty=True),

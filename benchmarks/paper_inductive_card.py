@@ -11,11 +11,11 @@ The piece is recorded in the store like ``run``'s, its ``device`` the card's nam
 ``pieces.json`` and the table's `ran on` say which steps the card took.
 
 ``pack`` writes what the cells need to go on elsewhere (the store's piece record, each cell's
-logs and files, of an unfinished cell only its newest checkpoint, of a finished one none but
-its best weights; no TensorBoard files; ``metrics.csv`` without its training rows) as one
-tar in parts of at most 15 MiB (the tool returns at most 16 MiB a file); ``unpack``, here,
-puts the cells into a store where they are newer, then ``run`` (or ``save``) goes on from
-them.  ``benchmarks/gpu_cells.sh`` is the device call.
+logs and files: only its newest checkpoint and, of a finished cell, its best weights; no
+TensorBoard files; ``metrics.csv`` without its training rows) as one tar in parts of at most
+15 MiB (the tool returns at most 16 MiB a file); ``unpack``, here, puts the cells into a
+store where they are newer, then ``run`` (or ``save``) goes on from them.
+``benchmarks/gpu_cells.sh`` is the device call.
 
     python benchmarks/paper_inductive_card.py train --storage STORE --seconds 450 [key=value ...]
     python benchmarks/paper_inductive_card.py pack --storage STORE --out DIR
@@ -116,20 +116,20 @@ def train(
 
 def _members(storage: Path) -> list[Path]:
     """The files ``pack`` takes: the piece record, the logs, and each cell the last piece
-    trained, without the checkpoints a resumed or finished cell does not read."""
+    trained, without the checkpoints a resumed cell or ``save`` does not read."""
     from cmpnn_dist.training.checkpoint_store import CheckpointStore
 
     files = [storage / sweeps.PIECE, *sorted((storage / "card_logs").glob("*.log"))]
     for name in sweeps._store_pieces(storage)[-1]["from_step"]:
         run = storage / "runs" / name
         finished = (run / "results.json").is_file()
-        found = None if finished else CheckpointStore(run).find_latest()
+        found = CheckpointStore(run).find_latest()
         for f in sorted(p for p in run.rglob("*") if p.is_file()):
             parts = f.relative_to(run).parts
             if parts[0] == "tensorboard":  # megabytes; a resumed run writes its own
                 continue
             if parts[0] == "checkpoints" and len(parts) > 2:
-                keep = parts[1] == "best" if finished else found and parts[1] == found.path.name
+                keep = (finished and parts[1] == "best") or (found and parts[1] == found.path.name)
                 if not keep:
                     continue
             files.append(f)

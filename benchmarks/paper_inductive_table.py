@@ -145,7 +145,9 @@ def to_markdown(rows: list[dict], todo: list[str], load: str) -> str:
         "- command: `python benchmarks/paper_inductive.py run --storage STORE` (the three "
         "sweeps, in pieces), `save`, then `table`; each cell's files are in "
         "`paper_inductive_runs/<sweep>/<cell>/`",
-        f"- machine: 2-core VM, no GPU, one trial per core, one torch thread each; load: {load}",
+        "- machine: 2-core VM, no GPU, one trial per core, one torch thread each; a piece "
+        "whose `ran on` names a GPU ran on a lent card, every unfinished cell at once "
+        f"(`paper_inductive_card.py`, `ops.impl=auto`); load: {load}",
         f"- commit: {git_commit('--short=12', mark_dirty=True)} (this table); each cell ran "
         "from the code of the sweep's checkout at its time; date "
         f"{time.strftime('%Y-%m-%d', time.gmtime())}",
@@ -162,7 +164,8 @@ def to_markdown(rows: list[dict], todo: list[str], load: str) -> str:
         "verdicts every C-MPNN row of its inductive tables (Table 1, the readout and the "
         "initialization tables); NBFNet: Zhu et al., NeurIPS 2021, inductive relation "
         "prediction table (Hits@10 of 50); all typed in `cmpnn_dist/paper.py`",
-        "- `ran on`: the CPU of each piece of the cell (`paper_inductive_runs/<cell>/pieces.json`)"
+        "- `ran on`: the CPU or GPU of each piece of the cell "
+        "(`paper_inductive_runs/<cell>/pieces.json`)"
         "; float-level differences between CPUs move one 20-epoch cell about as much as a "
         "change of seed does (`accuracy_commits_fb237_ind_v1.md`), so a cell is one draw, and "
         "the seeds' spread is the error bar",
