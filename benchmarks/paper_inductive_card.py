@@ -41,7 +41,8 @@ import paper_inductive as sweeps  # noqa: E402
 
 PART = 15 * 2**20
 ON_CARD = ("train.device=cuda", "ops.impl=auto")
-REFERENCE = "ops.impl=reference"  # a cell whose first process fails on the card runs once more so
+# a cell whose first process fails on the card (the fused kernels, say) runs once more with
+REFERENCE = "ops.impl=reference"
 
 
 def cell_command(run: str, storage: Path, extra: list[str] | tuple[str, ...] = ()) -> list[str]:
