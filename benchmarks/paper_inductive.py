@@ -194,10 +194,10 @@ def _copy_checkpoint(run: Path, dst: Path, tries: int = 5) -> int:
     raise RuntimeError(f"{run}: its checkpoints kept changing while they were copied")
 
 
-def _epoch_rows(src: Path, dst: Path) -> None:
+def epoch_rows(src: Path) -> str:
     """``metrics.csv`` without its per-step training rows: the validation and test rows."""
     lines = src.read_text().splitlines(keepends=True)
-    dst.write_text("".join([lines[0], *(x for x in lines[1:] if not x.startswith("train,"))]))
+    return "".join([lines[0], *(x for x in lines[1:] if not x.startswith("train,"))])
 
 
 # a finished cell's per-query test ranks (head, relation, tail, direction, rank, candidates),
@@ -219,12 +219,9 @@ def facts_filter_metrics(run: Path, storage: Path, ranks_to: Path) -> dict:
     from cmpnn_dist.training.validation import evaluate_split
 
     torch.set_num_threads(1)
-    # a run's newest checkpoint holds its best weights; a finished cell packed on a card
-    # before ``paper_inductive_card.pack`` kept it has only their published copy
-    src = run if _step(run) >= 0 else run / "checkpoints" / "best"
     # on this CPU, whichever device trained the cell (one of a card says train.device=cuda)
     over = [f"storage_root={storage}", "eval.filter=facts", "train.device=cpu"]
-    model, cfg, ds = load_model(src, over)
+    model, cfg, ds = load_model(run, over)
     data = load_train_data(ds, "facts")
     with tempfile.TemporaryDirectory(dir=ranks_to.parent) as tmp:
         out = evaluate_split(model, data.test, data.test.graph, cfg, data.num_relations,
@@ -342,7 +339,7 @@ def save(
         stage.mkdir(parents=True)
         if (run / "results.json").is_file():
             shutil.copy2(run / "results.json", stage / "results.json")
-            _epoch_rows(run / "metrics.csv", stage / "metrics.csv")
+            (stage / "metrics.csv").write_text(epoch_rows(run / "metrics.csv"))
             if (run / RANKS).is_file():
                 shutil.copy2(run / RANKS, stage / RANKS)
             facts = facts_filter_metrics(run, storage, stage / FACTS_RANKS)

@@ -45,20 +45,29 @@ ON_CARD = ("train.device=cuda", "ops.impl=auto")
 REFERENCE = "ops.impl=reference"
 
 
-def cell_command(run: str, storage: Path, extra: list[str] | tuple[str, ...] = ()) -> list[str]:
-    """Cell ``run``'s (``<sweep>/<cell id>``) own command line: the overrides its Ray Tune
+def cell_overrides(
+    run: str, storage: Path, extra: list[str] | tuple[str, ...] = ()
+) -> tuple[str, list[str]]:
+    """``(preset, overrides)`` of cell ``run`` (``<sweep>/<cell id>``): those its Ray Tune
     trial composes (``cmpnn_dist.distributed.sweep.run_sweep``), then ``extra``."""
+    from cmpnn_dist.cli import split_args
     from cmpnn_dist.sweep import expand
 
     sweep = run.split("/", 1)[0]
-    fixed, grid = expand(sweeps.sweep_overrides(sweep, storage))
+    special, over = split_args(sweeps.sweep_overrides(sweep, storage), ["conf", "sweep_name"])
+    fixed, grid = expand(over)
     (cell,) = [c for c in grid if f"{sweep}/{c.cell_id}" == run]
-    fixed = [o for o in fixed if not o.startswith(("sweep_name=", "storage_root="))]
-    return [
-        sys.executable, "-m", "cmpnn_dist.train", *fixed, *cell.overrides,
-        f"storage_root='{storage}'", f"run_name='{run}'", "train.progress=false",
-        "resume=true", *extra,
+    fixed = [o for o in fixed if not o.startswith("storage_root=")]
+    return special["conf"], [
+        *fixed, *cell.overrides, f"storage_root='{storage}'", f"run_name='{run}'",
+        "train.progress=false", "resume=true", *extra,
     ]  # fmt: skip
+
+
+def cell_command(run: str, storage: Path, extra: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """Cell ``run``'s own command line (:func:`cell_overrides`)."""
+    preset, over = cell_overrides(run, storage, extra)
+    return [sys.executable, "-m", "cmpnn_dist.train", f"conf={preset}", *over]
 
 
 def train(
@@ -75,9 +84,8 @@ def train(
     sweeps.start_piece(storage, todo, device=device)
     cmds = {n: cell_command(n, storage, extra) for n in todo}
     built: set[str] = set()
-    for cmd in cmds.values():  # each dataset once, before the cells that share it start
-        i = cmd.index("-m") + 2
-        cfg = compose_config(cmd[i].removeprefix("conf="), cmd[i + 1 :])
+    for n in todo:  # each dataset once, before the cells that share it start
+        cfg = compose_config(*cell_overrides(n, storage, extra))
         if cfg.data.name not in built:
             ensure_dataset(cfg, progress=False)
             built.add(cfg.data.name)
@@ -145,8 +153,7 @@ def pack(storage: Path, out: Path, part: int = PART) -> list[Path]:
         for f in _members(storage):
             if f.name == "metrics.csv":  # its validation and test rows: a resumed run writes
                 # the training rows again from its checkpoint, ``save`` reads the others
-                lines = f.read_bytes().splitlines(keepends=True)
-                rows = b"".join([lines[0], *(x for x in lines[1:] if not x.startswith(b"train,"))])
+                rows = sweeps.epoch_rows(f).encode()
                 info = tar.gettarinfo(f, arcname=str(f.relative_to(storage)))
                 info.size = len(rows)
                 tar.addfile(info, io.BytesIO(rows))
@@ -182,8 +189,7 @@ def unpack(storage: Path, parts: list[Path]) -> list[str]:
             put.append(name)
     known = sweeps._store_pieces(storage)
     new = [p for p in sweeps._store_pieces(stage) if p not in known]
-    (storage / f"{sweeps.PIECE}.tmp").write_text(json.dumps([*known, *new], indent=1))
-    (storage / f"{sweeps.PIECE}.tmp").rename(storage / sweeps.PIECE)
+    sweeps.write_atomic(storage / sweeps.PIECE, json.dumps([*known, *new], indent=1))
     shutil.rmtree(stage)
     return put
 
