@@ -211,10 +211,12 @@ def _wait_for_two_training_cells(runs: Path, alive) -> list[Path]:
     raise AssertionError("two cells did not start training in time")
 
 
-def _assert_stopped(result: dict, runs: Path, running: list[Path], log: str) -> dict[str, int]:
-    """The three-cell sweep ``c`` stopped by a signal while the cells ``running`` trained: each
-    checkpointed its last trained step (nothing lost), the third never began, and the log has
-    the one line naming them.  Returns cell id -> the step it stopped at."""
+def _assert_stopped(
+    result: dict, runs: Path, running: list[Path], log: str, max_steps: int = 300
+) -> dict[str, int]:
+    """The three-cell sweep ``c`` (``max_steps`` a cell) stopped by a signal while the cells
+    ``running`` trained: each checkpointed its last trained step (nothing lost), the third never
+    began, and the log has the one line naming them.  Returns cell id -> the step it stopped at."""
     how = signal.Signals(result["stopped_by"]).name
     assert result["finished"] == 0, result
     stopped = result["stopped"]
@@ -223,7 +225,8 @@ def _assert_stopped(result: dict, runs: Path, running: list[Path], log: str) -> 
                                      if c not in stopped]  # fmt: skip
     for cell, step in stopped.items():
         steps = logged_train_steps(runs / cell)
-        assert 20 <= step < 300 and steps == list(range(1, step + 1)), (cell, step, steps[-3:])
+        assert 20 <= step < max_steps, (cell, step)
+        assert steps == list(range(1, step + 1)), (cell, step, steps[-3:])
         newest = max(p.name for p in (runs / cell / "checkpoints").glob("step_*"))
         assert newest == f"step_{step:08d}", (cell, newest)
     (idle,) = result["not_started"]
@@ -292,9 +295,13 @@ def test_ray_job_stop_checkpoints_a_submitted_sweeps_running_cells(tmp_path):
     head = Head(env)  # two CPUs: two cells at a time
     storage = tmp_path / "storage"
     tiny = [o for o in TINY if not o.startswith(("train.max_steps=", "checkpoint.every_steps="))]
-    args = ["-m", "sweep_name=c", "train.seed=0,1,2", *tiny, "train.epochs=3",
-            "train.max_steps=300", "checkpoint.every_steps=1000", "eval.max_queries=40",
-            "cluster.cpus_per_worker=1", f"storage_root={storage}"]  # fmt: skip
+    # cells far longer than the stop takes: `ray job stop` starts a Ray client and reaches the
+    # driver seconds later, in which a 300-step cell can finish (it did once, on a busy machine)
+    max_steps = 100_000
+    args = ["-m", "sweep_name=c", "train.seed=0,1,2", *tiny, "train.epochs=1000",
+            f"train.max_steps={max_steps}", "checkpoint.every_steps=100000",
+            "eval.max_queries=40", "cluster.cpus_per_worker=1",
+            f"storage_root={storage}"]  # fmt: skip
     runs = storage / "runs" / "c"
     try:
         done = head.submit(args, no_wait=True, env_vars={"RAY_JOB_STOP_WAIT_TIME_S": "120"})
@@ -313,4 +320,4 @@ def test_ray_job_stop_checkpoints_a_submitted_sweeps_running_cells(tmp_path):
     assert last, logs[-3000:]
     result = json.loads(last[-1])
     assert result["stopped_by"] == signal.SIGTERM
-    _assert_stopped(result, runs, running, logs)
+    _assert_stopped(result, runs, running, logs, max_steps)
