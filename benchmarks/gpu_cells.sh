@@ -15,8 +15,8 @@ mkdir -p "$OUT" /tmp/site /tmp/data
 tar -xzf .gpu/site.tgz -C /tmp/site && tar -xzf .gpu/data.tgz -C /tmp/data || exit 1
 export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export TRITON_DEFAULT_FP_FUSION=1
-# the fused kernels' tuning space: the six tilings of benchmarks/results/fused_kernels_h200.md
-export CMPNN_TRITON_CONFIGS="4,128,2,1,0,1;2,256,1,1,0,1;16,64,4,1,0,0;8,64,2,1,0,0;2,256,2,1,0,1;16,64,4,1,0,1"
+. benchmarks/gpu_tilings.sh  # the fused kernels' tuning space: TILINGS
+export CMPNN_TRITON_CONFIGS="$TILINGS"
 {
   python -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())"
   date -u; nproc

@@ -10,8 +10,8 @@ OUT=${OUT:-/tmp/gpu_pruned}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD:$PWD/.gpu/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export TRITON_DEFAULT_FP_FUSION=1
-# the six tilings that won the last full autotuning (benchmarks/results/fused_kernels_h200.md)
-export CMPNN_TRITON_CONFIGS="4,128,2,1,0,1;2,256,1,1,0,1;16,64,4,1,0,0;8,64,2,1,0,0;2,256,2,1,0,1;16,64,4,1,0,1"
+. benchmarks/gpu_tilings.sh  # the fused kernels' tuning space: TILINGS
+export CMPNN_TRITON_CONFIGS="$TILINGS"
 END=$(( $(date +%s) + ${BUDGET:-300} ))
 cap() { local left=$(( END - $(date +%s) - 10 )); (( left < $1 )) && echo $(( left > 1 ? left : 1 )) || echo "$1"; }
 python -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())" \

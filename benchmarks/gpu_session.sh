@@ -35,7 +35,7 @@ W=/tmp/gpu_work
 mkdir -p "$OUT" "$W"
 export PYTHONPATH="$PWD:$PWD/.gpu/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export TRITON_DEFAULT_FP_FUSION=1
-TILINGS="4,128,2,1,0,1;2,256,1,1,0,1;16,64,4,1,0,0;8,64,2,1,0,0;2,256,2,1,0,1;16,64,4,1,0,1"
+. benchmarks/gpu_tilings.sh  # TILINGS
 STEPS=" ${STEPS:-layer pruned e2e profile precision wikikg2} "
 want() { [[ "$STEPS" == *" $1 "* ]]; }
 END=$(( $(date +%s) + ${BUDGET:-420} ))
