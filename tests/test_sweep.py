@@ -296,10 +296,10 @@ def test_ray_job_stop_checkpoints_a_submitted_sweeps_running_cells(tmp_path):
     storage = tmp_path / "storage"
     tiny = [o for o in TINY if not o.startswith(("train.max_steps=", "checkpoint.every_steps="))]
     # cells far longer than the stop takes: `ray job stop` starts a Ray client and reaches the
-    # driver seconds later, in which a 300-step cell can finish (it did once, on a busy machine)
+    # driver seconds later, long enough for a short cell to finish on a busy machine
     max_steps = 100_000
     args = ["-m", "sweep_name=c", "train.seed=0,1,2", *tiny, "train.epochs=1000",
-            f"train.max_steps={max_steps}", "checkpoint.every_steps=100000",
+            f"train.max_steps={max_steps}", f"checkpoint.every_steps={max_steps}",
             "eval.max_queries=40", "cluster.cpus_per_worker=1",
             f"storage_root={storage}"]  # fmt: skip
     runs = storage / "runs" / "c"
