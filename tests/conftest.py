@@ -19,14 +19,25 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--runslow", action="store_true", default=False, help="run tests marked slow")
+    parser.addoption(
+        "--integration",
+        action="store_true",
+        default=False,
+        help="run tests marked integration (CLI runs, Ray, Serve, the browser, kill tests)",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     skip_slow = pytest.mark.skip(reason="slow test: pass --runslow to run it")
+    skip_integration = pytest.mark.skip(
+        reason="integration test: pass --integration to run it (docs/testing.md)"
+    )
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is False)")
     for item in items:
         if "slow" in item.keywords and not config.getoption("--runslow"):
             item.add_marker(skip_slow)
+        if "integration" in item.keywords and not config.getoption("--integration"):
+            item.add_marker(skip_integration)
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
 
