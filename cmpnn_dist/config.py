@@ -28,6 +28,7 @@ from cmpnn_dist.errors import UsageError
 
 Family = Literal["cmpnn", "rgcn", "compgcn"]
 Init = Literal[0, 1, 2, 3]
+InitNoise = Literal["none", "uniform"]
 # the paper's MSG 1-3 and the names registered in cmpnn_dist.model.messages (its choices();
 # a test keeps the two equal: the registry imports torch, this module must not)
 Message = Literal[1, 2, 3, "query_mul", "relation_mul", "linear", "rotate", "transe"]
@@ -164,6 +165,9 @@ class ModelConfig:
 
     family: str = option("cmpnn", Family)
     init: int = option(2, Init)  # 0 zeros, 1 indicator*1, 2 indicator*z_q, 3 indicator*(z_q+eps)
+    # none: INIT alone (the paper's equations); uniform: every node's h^(0) also starts from
+    # U[0, 1)^d noise drawn in each forward pass, as the paper's code does (cmpnn_dist.model.init)
+    init_noise: str = option("none", InitNoise)
     # 1 | query_mul: h*W_r z_q, 2 | relation_mul: h*b_r, 3 | linear: W_r h (basis
     # decomposition), transe: h + W_r z_q, rotate: h o exp(i W_r z_q) (even hidden_dim)
     message: int | str = option(1, Message)
@@ -408,6 +412,12 @@ def model_conflict(m: ModelConfig) -> str | None:
         return (
             f"model.propagation=pruned needs model.family=cmpnn with model.init 1-3 (got "
             f"family={m.family}, init={m.init}): INIT 0 has no head indicator to start from"
+        )
+    if m.init_noise != "none" and (m.family != "cmpnn" or m.propagation == "pruned"):
+        return (
+            f"model.init_noise={m.init_noise} gives every node a nonzero initial state: it needs "
+            f"model.family=cmpnn with dense propagation (got family={m.family}, "
+            f"propagation={m.propagation})"
         )
     if m.prior != "none" and m.family != "cmpnn":
         return f"model.prior={m.prior} applies to model.family=cmpnn only (got {m.family})"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,18 @@ def real_run_uri(tmp_path_factory) -> dict:
     files = run_files(base / "runs" / "tiny")
     out.update(root=f"file://{base}", base=str(base), cwd=str(cwd), files=files)
     return out
+
+
+_HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@pytest.fixture(autouse=True)
+def _restore_signal_handlers():
+    """Put back the process's signal handlers after every test: an in-process ``ray.init``
+    installs its own SIGTERM / SIGINT handlers, which would otherwise outlive the test and
+    turn a signal meant for a later test's child into the end of pytest itself."""
+    saved = {s: signal.getsignal(s) for s in _HANDLED}
+    yield
+    for sig, handler in saved.items():
+        if handler is not None and signal.getsignal(sig) is not handler:
+            signal.signal(sig, handler)

@@ -45,6 +45,7 @@ VARIANTS = [
     dict(init=0),
     dict(init=1),
     dict(init=3),
+    dict(init_noise="uniform"),
     dict(message=2),
     dict(message=3),
     dict(message=3, num_bases=2),
@@ -105,6 +106,38 @@ def test_init3_draws_fresh_noise_each_forward():
     c = model(graph, *QUERIES)
     assert (a - b).abs().max() > 1e-6
     torch.testing.assert_close(a, c)
+
+
+def paper_code_boundary(num_node: int, h_index: torch.Tensor, query: torch.Tensor, init: str):
+    """The initial states of the paper's code, transcribed from HxyScotthuang/CMPNN
+    ``cmpnn/model.py`` (``CMPNN.bellmanford``): uniform noise everywhere, the query vector (or
+    ones) added at each query's source, nothing added for ``AllZero``."""
+    boundary = torch.rand(num_node, *query.shape, dtype=query.dtype)
+    index = h_index.unsqueeze(-1).expand_as(query)
+    if init == "Zero-One":
+        one = torch.ones(*query.shape, dtype=query.dtype)
+        boundary.scatter_add_(0, index.unsqueeze(0), one.unsqueeze(0))
+    elif init == "Query":
+        boundary.scatter_add_(0, index.unsqueeze(0), query.unsqueeze(0))
+    return boundary
+
+
+@pytest.mark.parametrize("kind,theirs", [(0, "AllZero"), (1, "Zero-One"), (2, "Query")])
+def test_uniform_init_noise_is_the_paper_codes_boundary(kind, theirs):
+    from cmpnn_dist.model.init import initial_states
+
+    heads, z_q = torch.tensor([4, 1, 4]), torch.randn(3, 5, dtype=torch.float64)
+    torch.manual_seed(7)
+    want = paper_code_boundary(9, heads, z_q, theirs)
+    torch.manual_seed(7)
+    got = initial_states(kind, heads, z_q, 9, noise="uniform")
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    away = torch.ones(9, 3, dtype=torch.bool)
+    away[heads, torch.arange(3)] = False
+    assert ((got[away] >= 0) & (got[away] < 1)).all() and got[away].std() > 0.1  # noise
+    # the default stays the paper's equations: zero away from the heads
+    plain = initial_states(kind, heads, z_q, 9)
+    assert plain[[0, 2, 3, 5, 6, 7, 8]].abs().sum() == 0
 
 
 @pytest.mark.parametrize("init", [0, 1, 2, 3])

@@ -81,16 +81,21 @@ def _reference(predictor, heads: list[str], relation: str, k: int, known: str) -
     return pd.concat(frames, ignore_index=True)
 
 
-def _assert_same_rows(got: pd.DataFrame, ref: pd.DataFrame) -> None:
+def _assert_same_rows(got: pd.DataFrame, ref: pd.DataFrame, predictor) -> None:
+    """The batch job's rows are the one-query API's: the same ranks and scores, and the same
+    tails in the same order, except among tails whose scores tie within the float noise (the
+    two paths score in batches of other shapes): there either may keep another member of the
+    tied set, even at the top-k cut, so a tail that differs must score, in the API's ranking
+    of every tail, within the noise of its row's score."""
     assert len(got) == len(ref)
     got = got.reset_index(drop=True)
     for col in ("head", "relation", "head_id", "rank"):
         assert got[col].tolist() == ref[col].tolist(), col
     np.testing.assert_allclose(got["score"], ref["score"], rtol=RTOL, atol=RTOL)
     np.testing.assert_allclose(got["probability"], ref["probability"], rtol=RTOL, atol=RTOL)
-    # the same tails in the same order, unless two scores are within the float noise
     for i in np.flatnonzero(got["tail"].to_numpy() != ref["tail"].to_numpy()):
-        same = ref[(ref["head"] == got["head"][i]) & (ref["tail"] == got["tail"][i])]
+        every = _reference(predictor, [got["head"][i]], got["relation"][i], 10**9, "flag")
+        same = every[every["tail"] == got["tail"][i]]
         assert len(same) == 1 and abs(same["score"].iloc[0] - got["score"][i]) < RTOL, i
     ok = got["tail"].to_numpy() == ref["tail"].to_numpy()
     assert got["known"][ok].tolist() == ref["known"][ok].tolist()
@@ -114,7 +119,7 @@ def test_rows_equal_the_one_query_api(ray_local, run_dir, predictor, tmp_path):
             f"part-{i:05d}.parquet" for i in range(5)
         ]
         got = _rows(out)
-        _assert_same_rows(got, _reference(predictor, heads, "t0", k, known))
+        _assert_same_rows(got, _reference(predictor, heads, "t0", k, known), predictor)
         if known == "filter":
             assert (got["known"] == "").all()
         else:
@@ -150,7 +155,7 @@ def test_head_sets_all_and_type(ray_local, run_dir, predictor, tmp_path):
     per_head = got.groupby("head_id")["tail_id"].apply(sorted)
     assert all(tails == c_ids for tails in per_head)  # every C x C pair, each once
     ref = _reference(predictor, [predictor.entities.names[c_ids[0]]], "t0", len(c_ids), "flag")
-    _assert_same_rows(got[got["head_id"] == c_ids[0]], ref)
+    _assert_same_rows(got[got["head_id"] == c_ids[0]], ref, predictor)
 
 
 def test_killed_job_resumes_without_duplicates(ray_local, run_dir, tmp_path):
@@ -262,7 +267,7 @@ def test_pruned_checkpoint_scores_with_its_own_budget(ray_local, tmp_path_factor
     assert status == 0, err[-3000:]
     assert "pruned 4 x 32 model" in err.strip().splitlines()[-1]
     got = _rows(tmp_path / "p")
-    _assert_same_rows(got, _reference(p, heads, "t0", 6, "flag"))
+    _assert_same_rows(got, _reference(p, heads, "t0", 6, "flag"), p)
     dense = Predictor.from_checkpoint(run, ["model.propagation=dense"], device="cpu")
     ref_dense = _reference(dense, heads, "t0", 6, "flag")
     assert not np.allclose(got["score"], ref_dense["score"], rtol=1e-3, atol=1e-3)

@@ -11,7 +11,7 @@ from test_ops_reference import _graph
 from test_training import Crash, _assert_same_weights, _crash_at, _train_rows, rule_kg, small_cfg
 
 from cmpnn_dist.ops import propagate
-from cmpnn_dist.training.builders import build_lr_scheduler, lr_factor
+from cmpnn_dist.training.builders import build_loss, build_lr_scheduler, lr_factor
 from cmpnn_dist.training.loop import fit
 
 
@@ -87,3 +87,29 @@ def test_without_valid_split_the_last_weights_are_kept(data, tmp_path):
     assert res.best_valid == {} and res.test
     assert not [k for r in res.history if r["kind"] == "valid" for k in r if k.startswith("valid_")]
     _assert_same_weights(res.final_state, res.model.state_dict())
+
+
+@pytest.mark.parametrize("temperature", [0.5, 2.0])
+def test_loss_weights_negatives_by_the_configured_temperature(temperature):
+    """``build_loss`` weights each negative by softmax(logit / train.adversarial_temperature),
+    worked out by hand here; a uniform weighting (or another temperature) gives another value."""
+    pos = torch.tensor([1.5, -0.5])
+    neg = torch.tensor([[2.0, 0.0, -1.0], [0.5, -2.0, 1.0]])
+    loss = build_loss(small_cfg(adversarial_temperature=temperature))
+
+    def by_hand(weights_of: object) -> float:
+        total = 0.0
+        for p, row in zip(pos.tolist(), neg.tolist(), strict=True):
+            w = weights_of(row)
+            total += math.log1p(math.exp(-p))  # -log sigmoid(p)
+            total += sum(wi * math.log1p(math.exp(v)) for wi, v in zip(w, row, strict=True))
+        return total / len(pos)
+
+    def adversarial(row: list[float]) -> list[float]:
+        z = [math.exp(v / temperature) for v in row]
+        return [x / sum(z) for x in z]
+
+    want = by_hand(adversarial)
+    uniform = by_hand(lambda row: [1 / len(row)] * len(row))
+    assert loss(pos, neg).item() == pytest.approx(want, rel=1e-6)
+    assert abs(want - uniform) > 0.05  # the example tells the weightings apart

@@ -91,7 +91,7 @@ class CMPNN(nn.Module):
         where ``edge_weight`` may also be a list of one weight tensor per layer (layer t
         scales its messages by ``edge_weight[t]``: per-layer path explanations)."""
         z_q, node_sets = self._queries(graph, heads, rels, edge_mask)
-        h0 = initial_states(self.cfg.init, heads, z_q, graph.num_nodes)
+        h0 = initial_states(self.cfg.init, heads, z_q, graph.num_nodes, self.cfg.init_noise)
         h = h0
         weights = _per_layer(edge_weight, len(self.layers))
         for layer, weight in zip(self.layers, weights, strict=True):
