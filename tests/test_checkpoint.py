@@ -309,3 +309,21 @@ def test_failed_write_leaves_nothing(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert _latest(tmp_path) is None
+
+
+def test_a_checkpoint_saved_before_a_model_option_existed_still_resumes():
+    """A checkpoint another version wrote (its model section lacks every option added since,
+    such as model.init_noise or model.propagation) resumes under the options' defaults, which
+    is what it trained with, and is refused under any other value."""
+    from cmpnn_dist.config import Config, config_to_dict
+    from cmpnn_dist.training.restore import check_resumable
+
+    ckpt = LEGACY / "step_00000004-0a1b2c3d"
+    state = torch.load(ckpt / "state.pt", weights_only=False, map_location="cpu")
+    assert "init_noise" not in state["config"]["model"]
+    cfg = Config()  # the fixture's command: model.num_layers=2 hidden_dim=8 decoder_hidden_dim=8
+    cfg.model.num_layers, cfg.model.hidden_dim, cfg.model.decoder_hidden_dim = 2, 8, 8
+    check_resumable(ckpt, state, config_to_dict(cfg)["model"], state["data"])
+    cfg.model.init_noise = "uniform"
+    with pytest.raises(CheckpointError, match="written for model config"):
+        check_resumable(ckpt, state, config_to_dict(cfg)["model"], state["data"])

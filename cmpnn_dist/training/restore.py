@@ -23,7 +23,7 @@ from typing import Any
 
 from torch import nn
 
-from cmpnn_dist.config import SAVED_CHOICE_NAMES, Config, validate
+from cmpnn_dist.config import SAVED_CHOICE_NAMES, Config, ModelConfig, config_to_dict, validate
 from cmpnn_dist.errors import UsageError
 
 from .checkpoint import CheckpointError
@@ -125,13 +125,28 @@ def model_from_state(
     return model
 
 
+def with_defaults(saved: Any, schema: Any) -> Any:
+    """A config section as a checkpoint saved it, read with today's schema: a key the schema
+    has gained since (a new option) holds its default, which is what the run trained with."""
+    if not isinstance(saved, dict):
+        return saved
+    default = config_to_dict(schema) if not isinstance(schema, dict) else schema
+    out = dict(saved)
+    for key, value in default.items():
+        if key not in out:
+            out[key] = value
+        elif isinstance(value, dict):
+            out[key] = with_defaults(out[key], value)
+    return out
+
+
 def check_resumable(
     path: Path, state: dict[str, Any], model_config: Any, data_sizes: dict[str, int]
 ) -> None:
     """Raise CheckpointError unless checkpoint ``path`` (loaded as ``state``) was written for
     this run's ``model`` config section and data sizes (``num_nodes``, ``num_relations``,
     ``num_train_facts``): resuming it would otherwise load mismatched weights."""
-    saved_model = state.get("config", {}).get("model")
+    saved_model = with_defaults(state.get("config", {}).get("model"), ModelConfig())
     if saved_model != model_config:
         raise CheckpointError(
             f"{path}: written for model config {saved_model}, "
