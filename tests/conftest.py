@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from pathlib import Path
@@ -111,3 +112,92 @@ def _restore_signal_handlers():
     for sig, handler in saved.items():
         if handler is not None and signal.getsignal(sig) is not handler:
             signal.signal(sig, handler)
+
+
+# ---- the fast tier's rule: no new processes -------------------------------------------------
+# ``python -m pytest`` (the fast tier) runs unit tests only: a test that starts a Python
+# interpreter, a Ray node, a browser or any other program (``git`` aside) belongs to the
+# integration tier (``@pytest.mark.integration``) or the slow one.  The guard below makes that
+# rule fail loudly instead of slowly: in the fast tier such a spawn raises, naming the test.
+# ``CMPNN_TIER_AUDIT=FILE`` records the offending tests in FILE (one node id a line) and lets
+# them run, which is how a suite is sorted into tiers.
+_CHEAP_PROGRAMS = {"git"}
+
+
+class TierViolation(RuntimeError):
+    """A test of the fast tier started a process."""
+
+
+def _spawn_guard(nodeid: str, audit: str | None):
+    def check(what: str) -> None:
+        if audit:
+            with open(audit, "a") as fh:
+                fh.write(f"{nodeid}\t{what}\n")
+            return
+        raise TierViolation(
+            f"{nodeid} started {what}: a test of the fast tier starts no process; mark it "
+            "@pytest.mark.integration (docs/testing.md)"
+        )
+
+    return check
+
+
+@contextlib.contextmanager
+def _no_process_unless_marked(item: pytest.Item):
+    """While ``item`` sets up, runs and tears down (its fixtures included, so a module fixture
+    that trains through the CLI counts against the first test that asks for it)."""
+    if {m.name for m in item.iter_markers()} & {"integration", "slow", "gpu"}:
+        yield
+        return
+    import multiprocessing.util
+    import subprocess
+
+    check = _spawn_guard(item.nodeid, os.environ.get("CMPNN_TIER_AUDIT"))
+    real_init, real_spawn, real_fork = (
+        subprocess.Popen.__init__,
+        multiprocessing.util.spawnv_passfds,
+        os.fork,
+    )
+
+    def popen_init(self, args, *a, **kw):
+        argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
+        program = Path(os.fsdecode(argv[0]).split()[0]).name if argv else "?"
+        if program not in _CHEAP_PROGRAMS:
+            check(f"the program {program!r}")
+        real_init(self, args, *a, **kw)
+
+    def spawnv_passfds(path, args, passfds):
+        check("a multiprocessing child")
+        return real_spawn(path, args, passfds)
+
+    def fork():
+        check("os.fork()")
+        return real_fork()
+
+    subprocess.Popen.__init__ = popen_init
+    multiprocessing.util.spawnv_passfds = spawnv_passfds
+    os.fork = fork
+    try:
+        yield
+    finally:
+        subprocess.Popen.__init__ = real_init
+        multiprocessing.util.spawnv_passfds = real_spawn
+        os.fork = real_fork
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    with _no_process_unless_marked(item):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    with _no_process_unless_marked(item):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item):
+    with _no_process_unless_marked(item):
+        yield

@@ -38,6 +38,7 @@ def climbs(graph: dict[str, frozenset[str]]) -> list[str]:
     )
 
 
+@pytest.mark.triton
 def test_the_walk_sees_known_imports():
     graph = imp.imports()
     assert "cmpnn_dist.errors" in graph["cmpnn_dist.config"]  # module level

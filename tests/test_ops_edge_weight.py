@@ -176,6 +176,7 @@ def test_half_precision_weights_accumulate_in_float32():
     assert g16.dtype == torch.bfloat16 and torch.equal(g16, g32.bfloat16())
 
 
+@pytest.mark.triton
 def test_fused_declines_weights():
     """An explicit fused call with weights is a clear error; auto never picks fused for it."""
     with pytest.raises(ValueError, match="fused.*edge_weight"):
@@ -196,6 +197,7 @@ def test_fused_declines_weights():
                   edge_weight=torch.ones(graph.num_edges, dtype=torch.long))  # fmt: skip
 
 
+@pytest.mark.triton
 @pytest.mark.skipif(
     not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1",
     reason="the fused kernels need CUDA or TRITON_INTERPRET=1",

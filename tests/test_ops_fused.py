@@ -19,6 +19,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 pytest.importorskip("triton")
+pytestmark = pytest.mark.triton  # the whole module runs only where Triton imports
 import triton.language as tl  # noqa: E402
 from _host_sync import OpLog, host_syncs  # noqa: E402
 

@@ -54,6 +54,7 @@ def _leaves(relation):
     return list(relation) if isinstance(relation, tuple) else [relation]
 
 
+@pytest.mark.triton
 def test_registry_names_and_coverage():
     assert {"mul", "basis", "transe", "rotate"} <= set(message_names())
     assert covers("reference", "transe") and covers("generic", "rotate", weighted=True)
@@ -174,6 +175,7 @@ def test_generic_gradcheck(message):
     assert torch.autograd.gradcheck(fn, (x, weight, *_leaves(relation)))
 
 
+@pytest.mark.triton
 def test_fused_does_not_claim_transe_or_rotate():
     graph = _graph()
     x = torch.zeros(12, 1, 2)
@@ -214,6 +216,7 @@ def test_generic_never_materialises_all_messages():
             assert (Biggest.size < full // 2) == small, (message, impl, Biggest.size, full)
 
 
+@pytest.mark.triton
 def test_an_unregistered_message_object_runs_on_naive_and_generic():
     """The protocol is all a new message needs: an EdgeMessage object passed directly."""
 

@@ -2,8 +2,8 @@
 batch killed inside a run and started again with ``--resume`` continues that run from its last
 checkpoint and records the same test figures as an uninterrupted batch, and skips a run that
 finished and is recorded; without ``--resume`` a run starts afresh; two batches writing one
-table keep each other's rows.  Checked on real runs of the default preset (300 steps, a
-checkpoint every 100)."""
+table keep each other's rows.  Checked on real runs of the default preset (60 steps, a
+checkpoint every 20)."""
 
 from __future__ import annotations
 
@@ -15,16 +15,18 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "pruned_accuracy.py"
 RUN = "pruned-default-dense-s0-e2"
 
 
-def batch(storage: Path, out: Path, *extra: str, steps: int = 300) -> subprocess.Popen:
-    """The script on the default preset, ``steps`` steps with a checkpoint every 100."""
+def batch(storage: Path, out: Path, *extra: str, steps: int = 60) -> subprocess.Popen:
+    """The script on the default preset, ``steps`` steps with a checkpoint every 20."""
     cmd = [sys.executable, str(SCRIPT), "--presets", "default", "--ratios", "dense",
            "--epochs", "2", "--storage", str(storage), "--out", str(out),
-           "--override", f"train.max_steps={steps}", "--override", "checkpoint.every_steps=100",
+           "--override", f"train.max_steps={steps}", "--override", "checkpoint.every_steps=20",
            *extra]  # fmt: skip
     return subprocess.Popen(
         cmd, cwd=REPO, start_new_session=True, text=True,
@@ -42,10 +44,11 @@ def finish(proc: subprocess.Popen) -> None:
     assert proc.returncode == 0, err[-3000:]
 
 
+@pytest.mark.integration
 def test_a_killed_batch_resumes_its_run_and_records_the_uninterrupted_figures(tmp_path):
     straight = batch(tmp_path / "a", tmp_path / "out_a")
     killed = batch(tmp_path / "b", tmp_path / "out_b")
-    first = tmp_path / "b" / "runs" / RUN / "checkpoints" / "step_00000100"
+    first = tmp_path / "b" / "runs" / RUN / "checkpoints" / "step_00000020"
     deadline = time.monotonic() + 600
     while not first.is_dir():  # a checkpoint, written under a temporary name then renamed
         assert killed.poll() is None and time.monotonic() < deadline, killed.communicate()[1]
@@ -58,7 +61,7 @@ def test_a_killed_batch_resumes_its_run_and_records_the_uninterrupted_figures(tm
     finish(batch(tmp_path / "b", tmp_path / "out_b", "--resume"))
     whole, resumed = entry(tmp_path / "out_a"), entry(tmp_path / "out_b")
     assert whole["resumed_from_step"] is None
-    assert 100 <= resumed["resumed_from_step"] < 300  # the last checkpoint before the kill
+    assert 20 <= resumed["resumed_from_step"] < 60  # the last checkpoint before the kill
     assert "resume=true" in resumed["command"] and "resume=false" in whole["command"]
     assert resumed["test"] == whole["test"] and resumed["valid"] == whole["valid"]
 
@@ -88,6 +91,7 @@ def test_a_priority_and_gate_other_than_the_defaults_name_the_run_and_label_its_
     assert prune_variant("relations") == f"{p.priority}, {p.gate}, relations"
 
 
+@pytest.mark.integration
 def test_two_batches_side_by_side_keep_each_others_rows(tmp_path):
     procs = [
         batch(tmp_path / "s", tmp_path / "out", "--seeds", str(seed), steps=20) for seed in (0, 1)

@@ -56,6 +56,7 @@ def assert_one_error_line(proc: subprocess.CompletedProcess, needle: str) -> Non
     assert proc.stdout.strip() == ""
 
 
+@pytest.mark.triton
 def test_bad_values_are_one_line_in_process(tmp_path):
     """The same checks through the in-process entry point (fast; one Python start)."""
     import contextlib
@@ -75,6 +76,7 @@ def test_bad_values_are_one_line_in_process(tmp_path):
     assert list(tmp_path.iterdir()) == []  # no dataset, no run folder was started
 
 
+@pytest.mark.triton
 @pytest.mark.parametrize("overrides, needle", BAD_VALUES[:3])
 def test_bad_values_through_the_command_line(tmp_path, overrides, needle):
     proc = run("cmpnn_dist.train", f"storage_root={tmp_path}", *overrides.split())
