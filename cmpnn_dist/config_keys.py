@@ -71,10 +71,10 @@ def check_override_keys(overrides: Iterable[str], names: Iterable[str] = ()) -> 
     ``name=value`` options, ``topk`` of predict) as a "did you mean" hint.
 
     A config group choice (``model=pna``) names a field of the schema, so it passes; the
-    option itself is Hydra's to check.  Keys under ``hydra.`` are Hydra's own."""
+    option itself is Hydra's to check.  Keys under ``hydra.`` and ``hydra/`` are Hydra's own."""
     for override in overrides:
         key = override_key(override)
-        if not key or key == "hydra" or key.startswith("hydra.") or declared(key):
+        if not key or key == "hydra" or key.startswith(("hydra.", "hydra/")) or declared(key):
             continue
         close = difflib.get_close_matches(key, [*names, *schema_keys()], n=1, cutoff=0.6)
         hint = f"; did you mean {close[0]}?" if close else ""
