@@ -89,7 +89,7 @@ def finish(
     row["loss"] = losses
     if losses and "batch" in row:
         times = read_times(run_dir / "metrics.csv")
-        # a resumed run restarts its clock: take the rows since the last restart
+        # the rows since the clock last went back, if it ever did
         cut = max([i for i in range(1, len(times)) if times[i][1] < times[i - 1][1]] or [0])
         (s0, t_0), (s1, t_1) = times[cut], times[-1]
         if t_1 > t_0:

@@ -55,7 +55,10 @@ def config_groups() -> dict[str, list[str]]:
 
 
 def split_args(argv: Sequence[str], special: Sequence[str]) -> tuple[dict[str, str], list[str]]:
-    """Pull ``name=value`` arguments for the ``special`` names out of ``argv``."""
+    """Pull ``name=value`` arguments for the ``special`` names (the command's own options)
+    out of ``argv``; the rest are config overrides.  An override whose key is neither is one
+    :class:`UsageError` line with the closest option or config key (``topkk=3``: did you mean
+    topk?), before anything is read."""
     found: dict[str, str] = {}
     rest: list[str] = []
     for arg in argv:
@@ -66,6 +69,7 @@ def split_args(argv: Sequence[str], special: Sequence[str]) -> tuple[dict[str, s
             raise UsageError(f"unknown option {arg!r}; arguments are Hydra overrides key=value")
         else:
             rest.append(arg)
+    check_override_keys([arg for arg in rest if "=" in arg], names=special)
     return found, rest
 
 

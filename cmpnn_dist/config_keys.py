@@ -65,16 +65,18 @@ def override_key(override: str) -> str:
     return key.lstrip("+~").split("@", 1)[0]
 
 
-def check_override_keys(overrides: Iterable[str]) -> None:
-    """Refuse (UsageError, one line) the first override whose key the schema does not declare.
+def check_override_keys(overrides: Iterable[str], names: Iterable[str] = ()) -> None:
+    """Refuse (UsageError, one line) the first override whose key the schema does not declare,
+    with the closest declared key or command option (``names``: the command's own
+    ``name=value`` options, ``topk`` of predict) as a "did you mean" hint.
 
     A config group choice (``model=pna``) names a field of the schema, so it passes; the
-    option itself is Hydra's to check.  Keys under ``hydra.`` are Hydra's own."""
+    option itself is Hydra's to check.  Keys under ``hydra.`` and ``hydra/`` are Hydra's own."""
     for override in overrides:
         key = override_key(override)
-        if not key or key == "hydra" or key.startswith("hydra.") or declared(key):
+        if not key or key == "hydra" or key.startswith(("hydra.", "hydra/")) or declared(key):
             continue
-        close = difflib.get_close_matches(key, schema_keys(), n=1, cutoff=0.6)
+        close = difflib.get_close_matches(key, [*names, *schema_keys()], n=1, cutoff=0.6)
         hint = f"; did you mean {close[0]}?" if close else ""
         raise UsageError(
             f"{override}: {key} is not a config key{hint} (keys and open maps such as "

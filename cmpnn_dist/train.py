@@ -45,10 +45,13 @@ def train(
 
     Every check that can refuse the run (:mod:`cmpnn_dist.training.preflight`: storage root,
     dataset, data size, run lock, resume compatibility) comes before the run's first lines;
-    a refused run removes what those checks created."""
+    a refused run removes what those checks created.  After those lines, one warning when
+    ``train.remove_query_edges`` hides the inverse facts of the data's inverse relation pairs
+    (:mod:`cmpnn_dist.training.edge_removal`)."""
     from cmpnn_dist.training import preflight
     from cmpnn_dist.training import run_folder as rf
     from cmpnn_dist.training.data import load_train_data
+    from cmpnn_dist.training.edge_removal import dataset_edge_removal_warning
 
     cfg = copy.deepcopy(cfg)
     cfg.run_name = cfg.run_name or default_run_name(cfg)
@@ -63,6 +66,7 @@ def train(
             backend_for(cfg)
         path = ensure_dataset(cfg, check_size=lambda n, where: preflight.check_batch(cfg, n, where))
         sizes = preflight.check_dataset(cfg, path)
+        warning = dataset_edge_removal_warning(cfg.train.remove_query_edges, path)
         data = None if distributed else load_train_data(path, cfg.eval.filter)
         run = rf.run_folder(cfg.storage_root, cfg.run_name)
         claim = rf.claim_run(run, cfg.resume)  # one run per folder (resume=false: moved aside)
@@ -74,6 +78,8 @@ def train(
     lines = rf.banner(run, cfg.storage_root, argv, cfg.run_name)
     for line in lines:
         print(line, file=sys.stderr, flush=True)
+    if warning is not None:  # the data has inverse relation pairs that this mode hides
+        print(warning, file=sys.stderr, flush=True)
     from cmpnn_dist.training.interrupt import TrainingInterrupted
 
     if distributed:

@@ -211,6 +211,57 @@ def test_max_minutes_ends_training_as_the_step_budget_does(data, tmp_path, monke
     assert longer.resumed_from_step == 4 and longer.step > 4
 
 
+def test_a_step_budget_ending_a_time_budget_says_so(data, tmp_path, capfd):
+    """train.max_minutes with a step or epoch budget that ends training first: one line names
+    the budget that ended it and how to lift it; none when the time budget is unset, or
+    when it ended training (the test above)."""
+    cfg = small_cfg(max_steps=4)
+    cfg.train.max_minutes = 10.0
+    assert fit(cfg, data, run_dir=tmp_path / "steps").step == 4
+    err = capfd.readouterr().err
+    assert "train.max_steps=4 ended training at step 4 after 0.0 of train.max_minutes=10.0 " \
+        "minutes (train.max_steps=null lifts it)" in err, err  # fmt: skip
+    cfg = small_cfg(epochs=1)
+    cfg.train.max_minutes = 10.0
+    res = fit(cfg, data, run_dir=tmp_path / "epochs")
+    err = capfd.readouterr().err
+    assert f"train.epochs=1 ended training at step {res.step} after" in err, err
+    assert "(a larger train.epochs lifts it)" in err
+    again = fit(cfg, data, run_dir=tmp_path / "epochs")  # finished: nothing trained, no line
+    assert again.step == res.step and "ended training" not in capfd.readouterr().err
+    fit(small_cfg(max_steps=4), data, run_dir=tmp_path / "no_budget")
+    assert "ended training" not in capfd.readouterr().err
+
+
+def test_report_shows_the_seconds_trained_over_every_piece(data, tmp_path, monkeypatch):
+    """Each step takes 1 s on a patched clock.  The first piece dies after step 13 (its last
+    checkpoint: step 10, 9 s trained); the resumed piece trains steps 11 to the end.  The
+    report's train seconds are the whole run's (what the last checkpoint counted), not the
+    resumed piece's own."""
+    from cmpnn_dist.report import read_metrics, summarize
+    from cmpnn_dist.training import trainer
+
+    clock = FakeClock()
+    monkeypatch.setattr(trainer, "time", clock)
+
+    def tick(step: int) -> None:
+        clock.now += 1.0
+        if step == 13:
+            raise Crash("simulated failure")
+
+    run = tmp_path / "run"
+    with pytest.raises(Crash):
+        fit(small_cfg(), data, run_dir=run, on_step=tick)
+    res = fit(small_cfg(), data, run_dir=run, on_step=lambda s: tick(0))
+    assert res.resumed_from_step == 10
+    last = load_checkpoint(run / "checkpoints" / f"step_{res.step:08d}")
+    # steps 1-9 before the step-10 checkpoint, 11 to the last but one after the resume
+    assert last["train_seconds"] == 9 + (res.step - 11)
+    summary = summarize(read_metrics(run / "metrics.csv"))
+    assert summary["train_seconds"] == last["train_seconds"]
+    assert summary["train_seconds"] > res.step - 11 + 1  # more than the resumed piece's own
+
+
 def test_failed_start_leaves_no_run_folder(data, tmp_path):
     cfg = small_cfg()
     cfg.model.aggregate = "bogus"  # fails while building the model, before any step

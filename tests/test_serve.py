@@ -245,7 +245,7 @@ def test_malformed_requests_are_400(server):
     for body, words in (
         ({"relation": "t0"}, "field 'head' is missing"),
         ({"head": "A::1", "relation": "t0", "k": 0}, "field 'k' must be in [1, 1000]"),
-        ({"head": "A::1", "relation": "t0", "k": "5"}, "field 'k' must be a int"),
+        ({"head": "A::1", "relation": "t0", "k": "5"}, "field 'k' must be an integer, got '5'"),
         ({"head": "A::1", "relation": "t0", "topk": 5}, "unknown field(s) topk"),
         ([1, 2], "must be a JSON object"),
     ):
@@ -393,13 +393,29 @@ def test_the_page_in_a_headless_browser(server, predictor, tmp_path):
         driver.quit()
 
 
+def test_a_field_of_the_wrong_type_names_its_json_kind():
+    """The request checks without a server: an integer field given a string, a string
+    field given a number; the line names what the field takes, as JSON says it."""
+    from cmpnn_dist.serve.engine import RequestError, _fields
+
+    for body, words in (
+        ({"head": "A::1", "k": "5"}, "field 'k' must be an integer, got '5'"),
+        ({"head": 7}, "field 'head' must be a string, got 7"),
+        ({"head": "A::1", "k": True}, "field 'k' must be an integer, got True"),
+    ):
+        with pytest.raises(RequestError) as err:
+            _fields(body, {"head": str}, {"k": int})
+        assert (err.value.status, err.value.message) == (400, words)
+    assert _fields({"head": "A::1", "k": 5}, {"head": str}, {"k": int}) == {"head": "A::1", "k": 5}
+
+
 def test_bad_server_keys_are_one_line(capsys):
     from cmpnn_dist.serve.__main__ import _main
 
     for args, words in (
         (["serve.port=abc"], "ckpt= is missing"),
         (["ckpt=x", "serve.port=abc"], "serve.port='abc': expected an integer"),
-        (["ckpt=x", "serve.prot=80"], "unknown key 'serve.prot'; closest: serve.port"),
+        (["ckpt=x", "serve.prot=80"], "serve.prot is not a config key; did you mean serve.port?"),
         (["ckpt=x", "serve.batching=maybe"], "serve.batching='maybe': choose true or false"),
         (["ckpt=x", "serve.max_batch_size=100"], "serve.max_ongoing_requests=64 is below"),
     ):

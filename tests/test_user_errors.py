@@ -151,7 +151,7 @@ def test_an_unknown_key_in_a_sweep_is_one_line(tmp_path, overrides, capsys):
 
     assert run_cli(_main, ["-m", f"storage_root={tmp_path}", *overrides]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: +train.lrr=0.01: "), lines
+    assert len(lines) == 1 and lines[0].startswith(f"error: {overrides[-1]}: "), lines  # as given
     assert UNKNOWN_KEY in lines[0]
     assert _listing(tmp_path) == []
 
@@ -171,6 +171,39 @@ def test_evaluate_and_predict_refuse_an_unknown_key(real_run, capsys):
         argv = [f"ckpt={run_dir}", "head=e0", "relation=b0", override]
         assert run_cli(predict_main, argv) == 2
         assert capsys.readouterr().err.strip().startswith(f"error: {override}: {UNKNOWN_KEY}")
+    assert _listing(run_dir) == before
+
+
+@pytest.mark.parametrize(
+    "module, argv, hint",
+    [
+        ("cmpnn_dist.predict.__main__", ["head=e0", "relation=b0", "topkk=3"], "topk"),
+        ("cmpnn_dist.predict.__main__", ["head=e0", "relation=b0", "explian=2"], "explain"),
+        ("cmpnn_dist.evaluate", ["weight=last"], "weights"),
+        ("cmpnn_dist.predict.batch", ["relation=b0", "heads=all", "top_kk=3"], "top_k"),
+        ("cmpnn_dist.serve.__main__", ["serve.prot=80"], "serve.port"),
+        ("cmpnn_dist.train", ["cnf=default"], "conf"),
+    ],
+)
+def test_a_mistyped_command_option_gets_the_closest(real_run, module, argv, hint, capsys):
+    """A mistyped option of the command itself (not a config key) is one line naming the
+    option meant, before anything is read: the run folder is left as it was."""
+    import importlib
+
+    from cmpnn_dist.cli import run_cli
+
+    run_dir = Path(real_run["run_dir"])
+    before = _listing(run_dir)
+    main = importlib.import_module(module)._main
+    bad = argv[-1].partition("=")[0]
+    ckpt = [] if module == "cmpnn_dist.train" else [f"ckpt={run_dir}"]
+    assert run_cli(main, [*ckpt, *argv]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and captured.out == "", captured
+    assert lines[0].startswith(
+        f"error: {argv[-1]}: {bad} is not a config key; did you mean {hint}?"
+    )
     assert _listing(run_dir) == before
 
 

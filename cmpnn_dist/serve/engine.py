@@ -46,6 +46,10 @@ class TailQuery:
     type_id: int | None
 
 
+# how a field's expected Python type reads in an error line: the JSON kind of value it takes
+JSON_KINDS = {int: "an integer", str: "a string"}
+
+
 def _fields(body: Any, required: dict[str, type], optional: dict[str, type]) -> dict[str, Any]:
     """The body's fields, checked: a JSON object holding ``required`` and maybe ``optional``
     keys of the given types (None for an optional one means absent)."""
@@ -64,7 +68,9 @@ def _fields(body: Any, required: dict[str, type], optional: dict[str, type]) -> 
             continue
         ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
         if not ok:
-            raise RequestError(400, f"field {key!r} must be a {kind.__name__}, got {value!r}")
+            raise RequestError(
+                400, f"field {key!r} must be {JSON_KINDS.get(kind, kind.__name__)}, got {value!r}"
+            )
         out[key] = value
     return out
 

@@ -326,10 +326,10 @@ class Trainer:
             self.history.append(vrow)
             ctx.report(vrow, self.save())
         train_model.train()
-        total = self.total_steps
+        total, start = self.total_steps, self.step
         every = cfg.checkpoint.every_steps
         bar = _progress(tc.progress and ctx.is_main, total, self.step)
-        t0, recent = time.perf_counter(), []
+        recent: list[float] = []
         stops = ctx.stop_requests()  # while active, a SIGINT / SIGTERM asks the loop to stop
         stops.__enter__()
         try:
@@ -349,7 +349,7 @@ class Trainer:
                     self.sampler.set_epoch(epoch + 1)
                 row = {"kind": "train", "step": self.step, "epoch": epoch, "loss": loss, "lr": lr}
                 row["epochs_done"] = round(self.step / self.sampler.steps_per_epoch, 4)
-                row["time_s"] = round(time.perf_counter() - t0, 3)
+                row["time_s"] = round(self.train_seconds(), 3)  # summed over resumes
                 ckpt = None
                 signum = ctx.stop_signal()  # the same answer on every rank
                 stopping = signum is not None
@@ -378,7 +378,28 @@ class Trainer:
         finally:
             bar.close()
             stops.__exit__(None, None, None)
+        if ctx.is_main and (note := self._budget_note(start)) is not None:
+            _say(note)
         return self.finish()
+
+    def _budget_note(self, start: int) -> str | None:
+        """The line saying that the step budget ended training while ``train.max_minutes``
+        had time left (None when the time budget ended it, is unset, or nothing was trained
+        here), so that a time budget is never capped without a word."""
+        tc = self.cfg.train
+        if self._budget_s is None or self._time_up or self.step <= start:
+            return None
+        spent = self.train_seconds() / 60.0
+        if spent >= tc.max_minutes:
+            return None
+        if tc.max_steps is not None and self.total_steps == tc.max_steps:
+            cap, lift = f"train.max_steps={tc.max_steps}", "train.max_steps=null lifts it"
+        else:
+            cap, lift = f"train.epochs={tc.epochs}", "a larger train.epochs lifts it"
+        return (
+            f"{cap} ended training at step {self.step} after {spent:.1f} of "
+            f"train.max_minutes={tc.max_minutes} minutes ({lift})"
+        )
 
     def finish(self) -> FitResult:
         final_state = _state_copy(self.model)
