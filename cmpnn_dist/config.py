@@ -281,6 +281,9 @@ class ClusterConfig:
     cpus_per_worker: float = number(1.0, gt=0)
     gpus_per_worker: float = number(1.0, gt=0)
     address: str | None = None  # Ray address; None uses RAY_ADDRESS or starts a local Ray
+    # the address every port of that local Ray (and DDP's rendezvous) listens on; the loopback
+    # one keeps them off the network, null: Ray's choice (the machine's outward address)
+    host: str | None = "127.0.0.1"
     max_failures: int = number(0, ge=0)
     collective_timeout_s: float = number(300.0, gt=0)
     backend: str = option("auto", Backend)

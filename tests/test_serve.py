@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _sockets import Watch, descendants, listening
 from conftest import running_in_ci
 
 from cmpnn_dist.cli import run_cli
@@ -288,6 +289,12 @@ def _listening(port: int) -> list[str]:
 
 def test_listens_on_the_loopback_interface_only(server):
     assert _listening(server.port) == ["127.0.0.1"]
+    # and so does every other socket of the server's process tree: its Ray (GCS, raylet,
+    # agents), Serve's controller, proxy and replicas (tests/_sockets.py reads /proc)
+    tree = listening(sorted(descendants(server.proc.pid)))
+    names = {x.name for x in tree}
+    assert {"gcs_server", "raylet", "ray::ServeRepli", "ray::ProxyActor"} <= names, names
+    assert Watch.exposed(tree) == []
 
 
 def test_entity_completion_and_relations(server, predictor):

@@ -47,6 +47,7 @@ from torch.nn.parallel import DistributedDataParallel
 from cmpnn_dist.storage import fs
 from cmpnn_dist.training.checkpoint_store import CheckpointStore
 from cmpnn_dist.training.context import LocalContext
+from cmpnn_dist.training.run_writer import check_owner, register_writer
 
 from . import faults
 from .stop import stop_source
@@ -108,6 +109,7 @@ class RayTrainContext:
         tensorboard: bool = True,
         keep_last: int = 2,
         stops: Any = None,
+        owner: dict[str, Any] | None = None,
     ) -> None:
         tc = ray.train.get_context()
         self.rank = tc.get_world_rank()
@@ -137,7 +139,10 @@ class RayTrainContext:
         # where rank 0 writes metrics.csv, TensorBoard and fit's results.json: the run folder
         # itself on a local / shared filesystem, else scratch (copied up at checkpoints)
         self.run_dir: Path | None = None
+        self.owner = owner  # the driver's lock record: rank 0 writes only while it holds
         if self.is_main:
+            if owner is not None:
+                register_writer(run_uri, owner)
             local = fs.local_path(run_uri) if not self.store.remote else None
             self.run_dir = local if local is not None else self.store.scratch / "run"
             self._metrics = LocalContext(
@@ -283,7 +288,13 @@ class RayTrainContext:
             self.in_loop = False
             raise PeerStoppedError("rank 0 stopped on an error that cannot succeed on retry")
 
+    def check_owner(self) -> None:
+        """Rank 0, before it publishes: the driver still holds the run (else OwnerGone)."""
+        if self.owner is not None:
+            check_owner(self.run_uri, self.owner)
+
     def _publish(self, local: Path) -> None:
+        self.check_owner()
         if self._save_started is not None:
             self.timings["checkpoint_save"] += time.perf_counter() - self._save_started
             self.timings["checkpoint_saves"] += 1

@@ -62,6 +62,7 @@ from cmpnn_dist.training.checkpoint_store import ENV_SCRATCH, CheckpointStore
 from cmpnn_dist.training.interrupt import TrainingInterrupted
 
 from . import crash_report, faults, remote
+from .local_ray import init_local_ray, is_wildcard, ray_host, torch_config, worker_env
 from .stop import WorkersDidNotStop, fit_until_stopped
 from .timing import ENV_TIMING
 from .worker import RESULT_FILE, Outcome, train_worker
@@ -124,6 +125,12 @@ def _init_ray(cfg: Any) -> bool:
                 f"({type(exc).__name__}: {_first_lines(str(exc), 1) or exc!r})"
             ) from None
         return True
+    if cfg.cluster.host and is_wildcard(cfg.cluster.host):
+        raise DistributedTrainingError(
+            f"cluster.host={cfg.cluster.host}: the local Ray needs one address of this machine "
+            "(127.0.0.1, or the one other nodes reach it at), not every interface's; "
+            "cluster.host=null lets Ray choose"
+        )
     need = cfg.cluster.num_workers * cfg.cluster.cpus_per_worker
     num_cpus = max(os.cpu_count() or 1, math.ceil(need))
     # address="local": a new Ray here, never a cluster someone else started on this machine
@@ -131,9 +138,7 @@ def _init_ray(cfg: Any) -> bool:
     attempts = 3  # Ray gives its raylet a fixed 30 s to register: a loaded machine can miss it
     for attempt in range(1, attempts + 1):
         try:
-            ray.init(
-                address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True
-            )
+            init_local_ray(cfg.cluster.host, num_cpus=num_cpus, log_to_driver=True)
             break
         except Exception as exc:  # a start-up timeout, a full /tmp...: one line and a hint
             ray.shutdown()
@@ -182,7 +187,9 @@ def _start_reaper() -> None:
 
 
 def _worker_env() -> dict[str, str]:
+    """The environment of this driver's Ray workers (call it once Ray is initialized)."""
     env = faults.propagated_env()
+    env.update(worker_env(ray_host()))  # gloo / nccl on the loopback interface of a local Ray
     env.update(openmp_env())  # passive OpenMP waits, before the worker imports torch
     for key in (ENV_TIMING, "CMPNN_CACHE_DIR", ENV_SCRATCH):
         if key in os.environ:
@@ -238,7 +245,7 @@ def run_distributed(
     """
     import ray
     from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.train.torch import TorchTrainer
 
     check_settings(cfg)
     cl = cfg.cluster
@@ -282,8 +289,9 @@ def run_distributed(
                 "run_uri": run_uri,
                 "dataset": dataset,
                 "outcome": outcome,
+                "owner": claim.lock.owner or None,
             },
-            torch_config=TorchConfig(backend=backend, timeout_s=timeout_s),
+            torch_config=torch_config(backend, timeout_s, ray_host()),
             scaling_config=ScalingConfig(
                 num_workers=cl.num_workers, use_gpu=cl.use_gpu, resources_per_worker=resources
             ),

@@ -26,6 +26,7 @@ from cmpnn_dist.storage.atomic import write_atomic
 
 from . import faults
 from .context import all_gather_rows
+from .local_ray import ray_host, torch_config
 
 SUMMARY = "eval_summary.json"
 
@@ -81,7 +82,7 @@ def run_distributed_evaluation(
     ``{"valid": metrics, "test": metrics, "world_size": n}`` (local paths only)."""
     import ray
     from ray.train import FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.train.torch import TorchTrainer
 
     from .driver import (
         DistributedTrainingError,
@@ -108,8 +109,8 @@ def run_distributed_evaluation(
                 "run_dir": str(Path(run_dir).resolve()),
                 "summary": str(scratch / SUMMARY),
             },
-            torch_config=TorchConfig(
-                backend=backend_for(cfg), timeout_s=max(1, math.ceil(cl.collective_timeout_s))
+            torch_config=torch_config(
+                backend_for(cfg), max(1, math.ceil(cl.collective_timeout_s)), ray_host()
             ),
             scaling_config=ScalingConfig(
                 num_workers=cl.num_workers, use_gpu=cl.use_gpu, resources_per_worker=resources

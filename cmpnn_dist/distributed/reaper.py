@@ -2,12 +2,16 @@
 
 ``ray.init(address="local")`` starts a GCS server, a raylet and their agents (the dashboard
 agent, the runtime-env agent...).  ``ray.shutdown()`` stops them; a driver killed with SIGKILL
-(or the OOM killer) never runs it, and the agents were seen to outlive it.  So a driver that
-starts its own Ray also starts this watcher (:func:`start_reaper`): a small process in its own
-session that polls the driver's pid once a second.  When the driver is gone it sends SIGTERM
-(then, 5 s later, SIGKILL) to every process whose command line names the Ray *session folder
-of that driver* (``--session-dir=...``/``--session_dir=...``: unique to that cluster), each by
-its pid; it exits by itself once no such process is left (after a normal ``ray.shutdown()``).
+(or the OOM killer) never runs it, and the agents were seen to outlive it by minutes.  So a
+driver that starts its own Ray also starts this watcher (:func:`start_reaper`): a small
+process in its own session that polls the driver's pid once a second and, meanwhile, notes
+every process below the driver (its process tree, with each one's start time: the agents and
+workers rename themselves, ``ray::DashboardAgent``, so their command lines no longer name
+the session).  When the driver is gone it sends SIGTERM (then, 3 s later, SIGKILL) to every
+process it noted that still runs (same pid, same start time) and to every process whose
+command line names the Ray *session folder of that driver* (``--session-dir=...``: unique to
+that cluster), each by its pid: all are gone within about 5 s of the driver.  It exits by
+itself once no process of the session is left (after a normal ``ray.shutdown()``).
 
 ``python -m cmpnn_dist.distributed.reaper DRIVER_PID SESSION_DIR``.
 """
@@ -20,6 +24,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from cmpnn_dist.training.processes import identity
+
+TERM_GRACE_S = 3.0
 
 
 def session_pids(session_dir: str) -> list[int]:
@@ -46,14 +54,43 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (children, their children...), from ``/proc/*/stat``."""
+    children: dict[int, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(proc.name))
+    out: list[int] = []
+    todo = list(children.get(pid, []))
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
 def watch(driver: int, session_dir: str, poll_s: float = 1.0) -> None:
     """Wait for ``driver`` to exit, then stop the session's processes (see the module doc)."""
+    noted: dict[int, str | None] = {}  # pid -> start identity, of the driver's tree
     while _alive(driver):
         if not session_pids(session_dir):  # the driver shut Ray down itself
             return
+        for pid in descendants(driver):
+            if pid != os.getpid() and pid not in noted:
+                noted[pid] = identity(pid)
         time.sleep(poll_s)
-    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 0.0)):
-        pids = session_pids(session_dir)
+
+    def targets() -> list[int]:
+        left = {p for p, who in noted.items() if who is not None and identity(p) == who}
+        return sorted(left | set(session_pids(session_dir)))
+
+    for sig, wait in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, 0.0)):
+        pids = targets()
         for pid in pids:
             try:
                 os.kill(pid, sig)

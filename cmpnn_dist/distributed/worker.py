@@ -113,7 +113,9 @@ def train_worker(config: dict[str, Any]) -> None:
 
     ``config``: ``cfg`` (the resolved :class:`~cmpnn_dist.config.Config`), ``run_uri`` (the
     run folder, absolute path or URI), ``dataset`` (the dataset folder, absolute path or URI)
-    and ``outcome`` (an :class:`Outcome` handle, optional).
+    ``outcome`` (an :class:`Outcome` handle, optional) and ``owner`` (the driver's run lock
+    record, optional: rank 0 publishes only while the lock is still that driver's, see
+    :mod:`cmpnn_dist.training.run_writer`).
     """
     from cmpnn_dist.storage import open_dataset
     from cmpnn_dist.training.data import load_train_data
@@ -139,6 +141,7 @@ def train_worker(config: dict[str, Any]) -> None:
             use_gpu=cfg.cluster.use_gpu,
             keep_last=cfg.checkpoint.keep_last,
             stops=config.get("outcome"),
+            owner=config.get("owner"),
         )
         data = load_train_data(
             open_dataset(remote.localize_dataset(config["dataset"])), cfg.eval.filter
@@ -147,6 +150,7 @@ def train_worker(config: dict[str, Any]) -> None:
         ctx.in_loop = False
         if ctx.is_main:
             summary = result_summary(result, ctx, run_uri)
+            ctx.check_owner()
             remote.write_text(remote.join(run_uri, RESULT_FILE), json.dumps(summary, indent=1))
     except TrainingInterrupted as stop:  # the driver's Ctrl-C / SIGTERM: checkpointed, stop
         if ctx is not None and ctx.is_main and outcome is not None:

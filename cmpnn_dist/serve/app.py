@@ -61,8 +61,10 @@ class PredictServer:
     def __init__(self, settings: ServeSettings) -> None:
         import torch
 
+        from cmpnn_dist.distributed.local_ray import serve_replica_on_node_address
         from cmpnn_dist.predict import Predictor
 
+        serve_replica_on_node_address()  # before Serve starts this replica's gRPC server
         if settings.cwd:
             os.chdir(settings.cwd)  # the checkpoint and data paths are the launcher's
         torch.set_num_threads(max(1, int(settings.cpus_per_replica)))

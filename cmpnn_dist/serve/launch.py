@@ -14,6 +14,7 @@ import random
 import socket
 from pathlib import Path
 
+from cmpnn_dist.distributed.local_ray import LOOPBACK, init_local_ray
 from cmpnn_dist.errors import UsageError
 from cmpnn_dist.openmp_env import openmp_env
 from cmpnn_dist.serve.settings import ServeSettings
@@ -114,13 +115,8 @@ def start(settings: ServeSettings, attempts: int = 3) -> str:
     env = {**openmp_env(), "OMP_NUM_THREADS": str(max(1, int(settings.cpus_per_replica)))}
     for attempt in range(1, attempts + 1):
         try:
-            ray.init(
-                address="local",
-                num_cpus=num_cpus,
-                include_dashboard=False,
-                log_to_driver=False,
-                _node_ip_address="127.0.0.1",
-                runtime_env={"env_vars": env},
+            init_local_ray(
+                LOOPBACK, num_cpus=num_cpus, log_to_driver=False, runtime_env={"env_vars": env}
             )
             break
         except Exception as exc:  # noqa: BLE001 - a start-up timeout, a full /tmp...: one line

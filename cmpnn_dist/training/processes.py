@@ -23,15 +23,20 @@ REUSE_MARGIN_S = 60.0
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether a process with pid ``pid`` exists on this machine (any process: see
-    :func:`still_running` for the one that wrote a lock)."""
+    """Whether a process with pid ``pid`` runs on this machine (any process: see
+    :func:`still_running` for the one that wrote a lock); a zombie (exited, not yet reaped by
+    its parent) does not."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc (another OS): the pid decides
+    return stat[stat.rindex(")") + 2 :].split()[0] != "Z"
 
 
 def _start_ticks(pid: int) -> int | None:

@@ -33,6 +33,7 @@ from cmpnn_dist.storage.errors import StorageError
 
 from .checkpoint_store import CheckpointStore, _delete_dir, filesystem, is_uri
 from .processes import identity, still_running
+from .run_writer import LOCK_FILE, WRITER_FILE, wait_for_writer
 
 ENV_MIN_FREE_MB = "CMPNN_MIN_FREE_MB"
 DEFAULT_MIN_FREE_MB = 64
@@ -109,7 +110,7 @@ def is_nonempty_dir(path_or_uri: str) -> bool:
     if fsys.get_file_info(path).type != pafs.FileType.Directory:
         return False
     infos = fsys.get_file_info(pafs.FileSelector(path, recursive=False))
-    return any(i.base_name != LOCK_FILE for i in infos)
+    return any(i.base_name not in (LOCK_FILE, WRITER_FILE) for i in infos)
 
 
 def move_aside(run: str) -> str:
@@ -152,7 +153,6 @@ def banner(run: str, storage_root: str, argv: Sequence[str], run_name: str) -> l
 
 
 # ---------------------------------------------------------------------- one run per folder
-LOCK_FILE = ".lock"
 
 
 class RunLock:
@@ -165,27 +165,29 @@ class RunLock:
     another host, whose liveness cannot be checked from here -- is one
     :class:`~cmpnn_dist.storage.errors.StorageError` naming its host and pid; the lock of a
     process of this host that is gone (its pid free, or given to another process since) is
-    taken over with one line.  :meth:`release` deletes it.
+    taken over with one line, once the writer it recorded has ended
+    (:func:`~cmpnn_dist.training.run_writer.wait_for_writer`).  :meth:`release` deletes it.
+    ``owner``: the record this process wrote (what its workers check before they publish).
     """
 
     def __init__(self, run: str) -> None:
         self.run = fs.normalize(run)
         self.path = fs.join(self.run, LOCK_FILE)
         self.held = False
+        self.owner: dict[str, Any] = {}
 
     def _mine(self) -> str:
         import json
         import socket
 
         pid = os.getpid()
-        return json.dumps(
-            {
-                "host": socket.gethostname(),
-                "pid": pid,
-                "process": identity(pid),
-                "started": time.time(),
-            }
-        )
+        self.owner = {
+            "host": socket.gethostname(),
+            "pid": pid,
+            "process": identity(pid),
+            "started": time.time(),
+        }
+        return json.dumps(self.owner)
 
     def _create(self) -> bool:
         local = fs.local_path(self.path)
@@ -226,6 +228,7 @@ class RunLock:
             here = host == socket.gethostname()
             checkable = here and isinstance(pid, int)
             if checkable and not still_running(pid, owner.get("process"), owner.get("started")):
+                wait_for_writer(self.run, say)
                 say(f"taking over the lock of run folder {self.run} (pid {pid} on {host} is gone)")
                 self._remove()
                 continue
@@ -237,12 +240,14 @@ class RunLock:
         raise StorageError(f"could not lock run folder {self.run} ({self.path})")
 
     def _remove(self) -> None:
-        local = fs.local_path(self.path)
-        if local is not None:
-            local.unlink(missing_ok=True)
-        elif fs.exists(self.path):
-            fsys, path = fs.filesystem(self.path)
-            fsys.delete_file(path)
+        for name in (WRITER_FILE, LOCK_FILE):  # the writer record first: it names this lock
+            target = fs.join(self.run, name)
+            local = fs.local_path(target)
+            if local is not None:
+                local.unlink(missing_ok=True)
+            elif fs.exists(target):
+                fsys, path = fs.filesystem(target)
+                fsys.delete_file(path)
 
     def release(self) -> None:
         if self.held:
