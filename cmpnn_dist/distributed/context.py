@@ -245,16 +245,13 @@ class RayTrainContext:
         choice = None
         if self.is_main:
             found = self.store.resume_point(self.resume)  # the same sequence as in-process
+            line = self.store.resume_line(found)  # which checkpoint, what was skipped, why
+            if line is not None:
+                self.say(line)
             if found is not None:
                 choice = (found.uri, found.step)
-                self.say(f"resuming from step {found.step}: {found.uri}")
                 local = found.path
             else:
-                if self.store.skipped:
-                    self.say(
-                        f"no valid checkpoint in {self.store.root} "
-                        f"({len(self.store.skipped)} invalid, skipped): starting from step 0"
-                    )
                 if self._metrics is not None:
                     self._metrics.start_fresh()
         choice = self._broadcast_object(choice)

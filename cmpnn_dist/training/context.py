@@ -198,14 +198,11 @@ class LocalContext:
     def latest_checkpoint(self) -> Path | None:
         """The newest valid checkpoint (announced); None starts fresh and clears old logs."""
         found = self.store.resume_point(self.resume)
+        line = self.store.resume_line(found)  # which checkpoint, what was skipped and why
+        if line is not None:
+            self.say(line)
         if found is not None:
-            self.say(f"resuming from step {found.step}: {found.uri}")
             return found.path
-        if self.store.skipped:
-            self.say(
-                f"no valid checkpoint in {self.store.root} ({len(self.store.skipped)} invalid, "
-                "skipped): starting from step 0"
-            )
         self.start_fresh()
         return None
 
