@@ -210,7 +210,7 @@ def test_evaluate_reads_a_saved_config_naming_torchdrug(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["test"]["hits_negatives_rule"] == "nbfnet_pyg"
-    ranks = pq.read_table(run / "ranks_test_all.parquet").to_pydict()
+    ranks = pq.read_table(Path(out["evaluation_dir"]) / "ranks_test_all.parquet").to_pydict()
     pairs = list(zip(ranks["rank"], ranks["candidates"], strict=True))
     assert len(pairs) == out["test"]["num_queries"] == 16
 
