@@ -68,16 +68,6 @@ def evaluation_name(ckpt: str, weights: str, cfg: Config, overrides: list[str]) 
     return name
 
 
-def default_weights(path: str | Path) -> str:
-    """``last`` (the checkpoint's own weights) for a step checkpoint folder named by its path
-    (``.../checkpoints/step_N``), ``best`` (the best weights by valid MRR it carries) for
-    ``best``, a run folder or its ``checkpoints`` folder."""
-    from cmpnn_dist.storage import fs
-    from cmpnn_dist.training.checkpoint import parse_checkpoint_name
-
-    return "last" if parse_checkpoint_name(fs.name(fs.normalize(path))) is not None else "best"
-
-
 def scored_weights(state: dict[str, Any], weights: str) -> tuple[str, int]:
     """``(what was scored, the step of those weights)``: ``best`` weights when asked for and
     present (they may be of an earlier step than the checkpoint), else the checkpoint's own."""
@@ -94,12 +84,12 @@ def evaluate_checkpoint(
     ``<run>/evaluations/<name>/`` (:func:`evaluation_name`): ``results.json`` (metrics,
     checkpoint, weights, overrides) and ``ranks_<split>_<protocol>.parquet``.  Nothing of
     the run itself (its results.json, ranks, metrics, checkpoints) is written.  ``weights``
-    None: :func:`default_weights` of ``path``."""
+    None: :func:`~cmpnn_dist.training.restore.default_weights` of ``path``."""
     import tempfile
 
     from cmpnn_dist.storage import fs
     from cmpnn_dist.training.data import load_train_data
-    from cmpnn_dist.training.restore import load_checkpoint_config, run_dir_of
+    from cmpnn_dist.training.restore import default_weights, load_checkpoint_config, run_dir_of
 
     weights = weights or default_weights(path)
     ckpt, state, cfg = load_checkpoint_config(path, overrides)  # read-only, whole, in memory

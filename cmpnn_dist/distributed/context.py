@@ -286,6 +286,8 @@ class RayTrainContext:
             self.timings["checkpoint_saves"] += 1
             self._save_started = None
         start = time.perf_counter()
+        if self._metrics is not None:  # its events on disk before the checkpoint holding them
+            self._metrics.flush_tensorboard()
         manifest = self.store.publish(local, self.keep_last)  # the same sequence as in-process
         self._sync_metrics_file()
         if self.store.remote:

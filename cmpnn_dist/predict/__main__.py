@@ -106,7 +106,7 @@ def _main(argv: list[str]) -> dict[str, Any]:
     predictor = Predictor.from_checkpoint(
         special["ckpt"],
         overrides,
-        weights=special.get("weights", "best"),
+        weights=special.get("weights"),
         graph=special.get("graph", "train"),
         device=special.get("device"),
     )

@@ -27,7 +27,6 @@ and pyarrow URIs alike) lives in :mod:`cmpnn_dist.training.checkpoint_store`.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import io
 import json
@@ -80,18 +79,19 @@ def _sha256(path: Path) -> str:
 
 def fsync_dir(path: str | Path) -> None:
     """Flush folder ``path``'s entries (its renames) to disk.  A filesystem that cannot fsync
-    a folder (``EINVAL``...) is no error; a full disk, an I/O error or a read-only filesystem
-    is: the OSError is raised (the caller names what it was writing)."""
+    a folder (``EINVAL``...) is no error; a full disk or a read-only filesystem
+    (:func:`is_fatal_os_error`) is: the OSError is raised, and the caller names what it was
+    writing."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError as e:
-        if is_fatal_os_error(e) or e.errno == errno.EIO:
+        if is_fatal_os_error(e):
             raise
         return
     try:
         os.fsync(fd)
     except OSError as e:
-        if is_fatal_os_error(e) or e.errno == errno.EIO:
+        if is_fatal_os_error(e):
             raise
     finally:
         os.close(fd)
