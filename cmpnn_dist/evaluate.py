@@ -1,17 +1,23 @@
-"""``python -m cmpnn_dist.evaluate ckpt=PATH [key=value ...]``: evaluate a saved model.
+"""``python -m cmpnn_dist.evaluate ckpt=PATH [weights=best|last] [key=value ...]``: evaluate a
+saved model.
 
 ``PATH`` is a checkpoint folder (``<run>/checkpoints/step_XXXXXXXX`` or
 ``<run>/checkpoints/best``), a run folder or its ``checkpoints`` folder (the newest valid
-checkpoint is used); in-process and Ray runs share this layout.  ``eval.protocol=all|typed|ogb``
-and ``eval.ties`` pick the protocol; ``cluster.num_workers=N`` spreads the ranking over N Ray
-workers (each ranks its share, rank 0 gathers).  Per-query ranks go to
-``<run>/ranks_<split>_<protocol>.parquet`` and the metrics to ``<run>/eval_<protocol>.json``.
-The model is rebuilt from the configuration stored in the checkpoint, merged with any
-overrides; the best weights (by
-validation MRR) are evaluated, or the checkpoint's current weights with ``weights=last``.
-A checkpoint whose weights do not fit the configured model is one error line.  The last
-stdout line is one JSON object with ``run_dir``, ``valid`` and ``test``, as for
-``cmpnn_dist.train``.
+checkpoint, ``best`` included, is used); in-process and Ray runs share this layout.
+``eval.protocol=all|typed|ogb`` and ``eval.ties`` pick the protocol, ``eval.max_queries`` the
+budget; ``cluster.num_workers=N`` spreads the ranking over N Ray workers (each ranks its
+share, rank 0 gathers).  The model is rebuilt from the configuration stored in the
+checkpoint, merged with any overrides.  Which weights: a step folder's own (``weights=last``,
+the default for ``.../step_N``), or the best ones by validation MRR that the checkpoint
+carries (``weights=best``, the default for ``best`` and run folders); the first stderr line
+says which, and of which step.
+
+Outputs never touch the run's own files (its results.json, ranks, metrics, checkpoints): each
+evaluation is one folder ``<run>/evaluations/<name>/`` (:func:`evaluation_name`: checkpoint,
+weights, protocol, budget) holding ``results.json`` and ``ranks_<split>_<protocol>.parquet``,
+staged and renamed into place whole.  A checkpoint whose weights do not fit the configured
+model is one error line.  The last stdout line is one JSON object with ``run_dir``,
+``evaluation_dir``, ``valid`` and ``test``, as for ``cmpnn_dist.train``.
 """
 
 from __future__ import annotations
@@ -31,55 +37,132 @@ from cmpnn_dist.config import Config  # noqa: E402
 from cmpnn_dist.convert.prepare import ensure_dataset  # noqa: E402
 from cmpnn_dist.errors import UsageError  # noqa: E402
 
+EVALUATIONS = "evaluations"
+RESULTS = "results.json"
+# overrides that change how fast an evaluation runs, not what it computes: not in its name
+_NEUTRAL = ("cluster.", "storage_root", "train.device", "eval.batch_size", "ops.")
 
-def evaluate_checkpoint(path: str | Path, overrides: list[str], weights: str = "best") -> dict:
+
+def evaluation_name(ckpt: str, weights: str, cfg: Config, overrides: list[str]) -> str:
+    """The folder name of one evaluation: which weights, protocol and budget, e.g.
+    ``best.best-weights.all-pessimistic.all-queries`` or
+    ``step_00000020.last-weights.ogb-average.5-queries``; other overrides that can change
+    the numbers (``model.prune.test_node_ratio=0.02``...) add ``.o-<8 hex digits>`` of them
+    (listed in the folder's results.json)."""
+    import hashlib
+
+    from cmpnn_dist.storage import fs
+
+    ev = cfg.eval
+    ties = "average" if ev.protocol == "ogb" else ev.ties
+    budget = "all-queries" if ev.max_queries is None else f"{ev.max_queries}-queries"
+    name = f"{fs.name(ckpt)}.{weights}-weights.{ev.protocol}-{ties}.{budget}"
+    named = ("eval.protocol", "eval.ties", "eval.max_queries")
+    other = sorted(
+        o.lstrip("+")
+        for o in overrides
+        if not o.lstrip("+").startswith(_NEUTRAL) and o.lstrip("+").split("=")[0] not in named
+    )
+    if other:
+        name += ".o-" + hashlib.sha256("\n".join(other).encode()).hexdigest()[:8]
+    return name
+
+
+def scored_weights(state: dict[str, Any], weights: str) -> tuple[str, int]:
+    """``(what was scored, the step of those weights)``: ``best`` weights when asked for and
+    present (they may be of an earlier step than the checkpoint), else the checkpoint's own."""
+    best = state.get("best") or {}
+    if weights == "best" and best.get("state") is not None and best.get("step") is not None:
+        return "best", int(best["step"])
+    return "last", int(state["step"])
+
+
+def evaluate_checkpoint(
+    path: str | Path, overrides: list[str], weights: str | None = None
+) -> dict[str, Any]:
+    """Rank a checkpoint's splits and publish the outputs in their own folder
+    ``<run>/evaluations/<name>/`` (:func:`evaluation_name`): ``results.json`` (metrics,
+    checkpoint, weights, overrides) and ``ranks_<split>_<protocol>.parquet``.  Nothing of
+    the run itself (its results.json, ranks, metrics, checkpoints) is written.  ``weights``
+    None: :func:`~cmpnn_dist.training.restore.default_weights` of ``path``."""
     import tempfile
 
     from cmpnn_dist.storage import fs
     from cmpnn_dist.training.data import load_train_data
-    from cmpnn_dist.training.restore import load_checkpoint_config, run_dir_of
+    from cmpnn_dist.training.restore import default_weights, load_checkpoint_config, run_dir_of
 
+    weights = weights or default_weights(path)
     ckpt, state, cfg = load_checkpoint_config(path, overrides)  # read-only, whole, in memory
     dataset = ensure_dataset(cfg)
     data = load_train_data(dataset, cfg.eval.filter)
     run_loc = run_dir_of(ckpt)  # the run folder of the checkpoint read
-    # outputs are staged in a temporary folder (inside the run folder when it is local, so
-    # the final renames stay on one filesystem) and published together at the end, the
-    # eval_<protocol>.json last: a killed evaluation leaves no ranks without their summary
-    local_run = fs.local_path(run_loc)
-    if local_run is not None:
-        local_run.mkdir(parents=True, exist_ok=True)
-        _drop_stale_staging(local_run)
-    run_dir = Path(tempfile.mkdtemp(prefix=f".tmp-eval-pid{os.getpid()}-", dir=local_run))
+    what, weights_step = scored_weights(state, weights)
+    name = evaluation_name(ckpt, weights, cfg, overrides)
+    target = fs.join(run_loc, EVALUATIONS, name)
+    # outputs are staged in a temporary folder (beside the evaluations when the run folder is
+    # local, so the final rename stays on one filesystem) and published as one folder at the
+    # end: a killed evaluation leaves no ranks without their summary
+    local_target = fs.local_path(target)
+    base = None if local_target is None else local_target.parent
+    if base is not None:
+        base.mkdir(parents=True, exist_ok=True)
+        _drop_stale_staging(base)
+    stage = Path(tempfile.mkdtemp(prefix=f".tmp-eval-pid{os.getpid()}-", dir=base))
     try:
-        out = _evaluate_into(run_dir, run_loc, ckpt, state, cfg, data, dataset, weights)
+        out = _evaluate_into(stage, run_loc, ckpt, state, cfg, data, dataset, weights)
+        out.update(
+            evaluation_dir=target, weights=what, weights_step=weights_step,
+            checkpoint_step=int(state["step"]), overrides=list(overrides),
+        )  # fmt: skip
         protocol = out["test"].get("protocol") or out["valid"].get("protocol") or "all"
-        summary = f"eval_{protocol}.json"
-        _write_json(run_dir / summary, out)
-        if local_run is None:
-            fs.upload_tree(run_dir, run_loc, last=summary)
+        _write_json(stage / RESULTS, out)
+        if local_target is None:
+            fs.delete_dir(target)
+            fs.upload_tree(stage, target, last=RESULTS)
         else:
-            names = sorted(p.name for p in run_dir.iterdir() if p.name != summary)
-            for name in [*names, summary]:
-                os.replace(run_dir / name, local_run / name)
+            _publish(stage, local_target)
     finally:
-        shutil.rmtree(run_dir, ignore_errors=True)
+        shutil.rmtree(stage, ignore_errors=True)
     from cmpnn_dist.train import summary_table
 
     # the same table as the end of training (metrics by split, rankings, protocol and rules)
     table = summary_table(out).splitlines()[1:]
-    print(f"evaluated {ckpt}", *table, file=sys.stderr, sep="\n")
-    print(f"  ranks: {run_loc}/ranks_<split>_{protocol}.parquet", file=sys.stderr)
+    scored = (
+        f"the best weights (step {weights_step}, by valid MRR) of {ckpt}"
+        if what == "best"
+        else f"the weights of step {weights_step} ({ckpt})"
+    )
+    print(f"evaluated {scored}", *table, file=sys.stderr, sep="\n")
+    print(f"  wrote {target}/ ({RESULTS}, ranks_<split>_{protocol}.parquet)", file=sys.stderr)
     return out
 
 
-def _drop_stale_staging(run: Path) -> None:
+def _publish(stage: Path, target: Path) -> None:
+    """Rename the staged folder to ``target``; an earlier evaluation of the same name is
+    renamed aside first and deleted after (a kill in between leaves one of the two whole)."""
+    import uuid
+
+    old = None
+    if target.exists():
+        old = target.with_name(f".old-{target.name}-{uuid.uuid4().hex[:8]}")
+        os.replace(target, old)
+    try:
+        os.replace(stage, target)
+    except BaseException:
+        if old is not None:
+            os.replace(old, target)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _drop_stale_staging(base: Path) -> None:
     """Delete the staging folders of evaluations whose process is gone (killed)."""
     import re
 
     from cmpnn_dist.training.checkpoint_store import drop_dead_folders
 
-    drop_dead_folders(run, re.compile(r"^\.tmp-eval-pid(\d+)-"))
+    drop_dead_folders(base, re.compile(r"^\.tmp-eval-pid(\d+)-"))
 
 
 def _evaluate_into(
@@ -128,8 +211,8 @@ def _main(argv: list[str]) -> dict[str, Any]:
         raise UsageError(
             "usage: python -m cmpnn_dist.evaluate ckpt=PATH [weights=best|last] [key=value ...]"
         )
-    weights = special.get("weights", "best")
-    if weights not in ("best", "last"):
+    weights = special.get("weights")
+    if weights not in (None, "best", "last"):
         raise UsageError(f"weights={weights!r}: choose best or last")
     ckpt = special["ckpt"]
     return evaluate_checkpoint(

@@ -45,8 +45,11 @@ def train(
 
     Every check that can refuse the run (:mod:`cmpnn_dist.training.preflight`: storage root,
     dataset, data size, run lock, resume compatibility) comes before the run's first lines;
-    a refused run removes what those checks created.  After those lines, one warning when
-    ``train.remove_query_edges`` hides the inverse facts of the data's inverse relation pairs
+    a refused run removes what those checks created.  A run that is finished for ``cfg``
+    (:func:`~cmpnn_dist.training.preflight.finished_summary`) trains nothing and writes
+    nothing: one line says so and its ``results.json`` is returned (``nothing_trained``).
+    Otherwise, after the first lines, one warning when ``train.remove_query_edges`` hides the
+    inverse facts of the data's inverse relation pairs
     (:mod:`cmpnn_dist.training.edge_removal`)."""
     from cmpnn_dist.training import preflight
     from cmpnn_dist.training import run_folder as rf
@@ -66,18 +69,30 @@ def train(
             backend_for(cfg)
         path = ensure_dataset(cfg, check_size=lambda n, where: preflight.check_batch(cfg, n, where))
         sizes = preflight.check_dataset(cfg, path)
-        warning = dataset_edge_removal_warning(cfg.train.remove_query_edges, path)
-        data = None if distributed else load_train_data(path, cfg.eval.filter)
         run = rf.run_folder(cfg.storage_root, cfg.run_name)
-        claim = rf.claim_run(run, cfg.resume)  # one run per folder (resume=false: moved aside)
-        try:
-            preflight.check_resume_point(cfg, run, sizes)
-        except BaseException:
-            claim.abandon()
-            raise
+        done = preflight.finished_summary(cfg, run, sizes)  # read-only, before the lock
+        if done is None:
+            warning = dataset_edge_removal_warning(cfg.train.remove_query_edges, path)
+            data = None if distributed else load_train_data(path, cfg.eval.filter)
+            claim = rf.claim_run(run, cfg.resume)  # one run per folder (resume=false: aside)
+            try:
+                preflight.check_resume_point(cfg, run, sizes)
+            except BaseException:
+                claim.abandon()
+                raise
     lines = rf.banner(run, cfg.storage_root, argv, cfg.run_name)
     for line in lines:
         print(line, file=sys.stderr, flush=True)
+    if done is not None:  # finished: nothing trained, nothing written
+        print(
+            f"nothing to train: run {cfg.run_name!r} finished at step {done['step']} "
+            f"({run}/results.json, left as it is); a longer train.max_steps or train.epochs "
+            "continues it, resume=false starts it afresh",
+            file=sys.stderr,
+            flush=True,
+        )
+        print(summary_table(done), file=sys.stderr)
+        return {**done, "nothing_trained": True}
     if warning is not None:  # the data has inverse relation pairs that this mode hides
         print(warning, file=sys.stderr, flush=True)
     from cmpnn_dist.training.interrupt import TrainingInterrupted

@@ -62,9 +62,10 @@ def test_truncated_and_missing_manifest_are_skipped_with_warning(tmp_path):
     data = state_file.read_bytes()
     state_file.write_bytes(data[: len(data) // 2])  # truncated
     (tmp_path / "step_00000002" / "manifest.json").unlink()  # manifest missing
-    with pytest.warns(UserWarning) as record:
-        assert _latest(tmp_path) == tmp_path / "step_00000001"
-    messages = [str(w.message) for w in record]
+    store = CheckpointStore(tmp_path)
+    assert store.find_latest().path == tmp_path / "step_00000001"
+    messages = store.skipped
+    assert len(messages) == 2
     assert any("step_00000003" in m and "truncated" in m for m in messages)
     assert any("step_00000002" in m and "manifest missing" in m for m in messages)
     with pytest.raises(CheckpointError, match="state.pt"):
@@ -79,8 +80,8 @@ def test_corrupt_file_raises_naming_it(tmp_path):
     f.write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match=r"step_00000001/state.pt.*sha256"):
         load_checkpoint(path)
-    with pytest.warns(UserWarning, match="sha256"):
-        assert _latest(tmp_path) is None
+    store = CheckpointStore(tmp_path)
+    assert store.find_latest() is None and "sha256" in store.skipped[0]
 
 
 def test_empty_and_garbage(tmp_path):
@@ -88,8 +89,9 @@ def test_empty_and_garbage(tmp_path):
     (tmp_path / "step_00000005").mkdir()
     (tmp_path / "step_00000005" / "manifest.json").write_text("{not json")
     (tmp_path / ".tmp-step_00000006-x").mkdir()  # an interrupted write: never a candidate
-    with pytest.warns(UserWarning, match="unreadable manifest"):
-        assert _latest(tmp_path) is None
+    store = CheckpointStore(tmp_path)
+    assert store.find_latest() is None
+    assert len(store.skipped) == 1 and "unreadable manifest" in store.skipped[0]
 
 
 def _store_with(run: Path, scores: dict[int, float | None]) -> CheckpointStore:
@@ -116,11 +118,13 @@ def test_prune_keeps_last_and_best(tmp_path):
     assert store.best_score() == 0.9
 
 
-def test_best_is_hard_linked_and_outlives_its_step_folder(tmp_path):
+def test_best_is_a_real_copy_and_outlives_its_step_folder(tmp_path):
+    """``best`` has its own files (one damaged file cannot take both), with the same bytes."""
     store = _store_with(tmp_path / "run", {3: 0.5})
     src = Path(store.root) / "step_00000003" / "state.pt"
     best = Path(store.best_uri) / "state.pt"
-    assert os.stat(src).st_ino == os.stat(best).st_ino  # no second copy of the bytes
+    assert os.stat(src).st_ino != os.stat(best).st_ino and os.stat(best).st_nlink == 1
+    assert src.read_bytes() == best.read_bytes()
     _store_with(tmp_path / "run", {6: 0.1, 9: None})
     store.prune(keep_last=1)
     assert not src.exists() and load_checkpoint(best.parent)["step"] == 3
@@ -206,7 +210,7 @@ def test_evaluate_reads_a_saved_config_naming_torchdrug(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["test"]["hits_negatives_rule"] == "nbfnet_pyg"
-    ranks = pq.read_table(run / "ranks_test_all.parquet").to_pydict()
+    ranks = pq.read_table(Path(out["evaluation_dir"]) / "ranks_test_all.parquet").to_pydict()
     pairs = list(zip(ranks["rank"], ranks["candidates"], strict=True))
     assert len(pairs) == out["test"]["num_queries"] == 16
 
@@ -233,8 +237,9 @@ def test_store_through_a_file_uri(tmp_path):
     assert json.loads((on_disk / "best" / "manifest.json").read_text())["step"] == 2
     (on_disk / "step_00000006" / "manifest.json").unlink()  # torn on the remote side
     other = CheckpointStore(run, scratch=tmp_path / "scratch2")
-    with pytest.warns(UserWarning, match="step_00000006.*manifest missing"):
-        found = other.find_latest()
+    found = other.find_latest()
+    assert len(other.skipped) == 1
+    assert "step_00000006" in other.skipped[0] and "manifest missing" in other.skipped[0]
     assert found.step == 4 and found.path.is_relative_to(tmp_path / "scratch2")
     assert torch.equal(load_checkpoint(found.path)["w"], _state(4)["w"])
 

@@ -2,14 +2,15 @@
 
 ``strace`` (``-e inject=SYSCALL:error=ENOSPC:when=N``) makes one exact system call of a real
 training run fail with ENOSPC: a write, fsync or rename of the checkpoint of step 20, the
-publication of ``best``, a metrics.csv append or rewrite, the test ranks, results.json.
-Every file the run writes itself goes through one positioned write (``pwrite64``,
+fsync of its folder and of the folder it is renamed into, the copy and publication of
+``best``, a metrics.csv append or rewrite, the test ranks, results.json.  Every file the run
+writes itself goes through one positioned write (``pwrite64``,
 ``cmpnn_dist.storage.atomic.write_all``), which only the run's main thread calls, as it alone
-calls ``fsync``, ``rename``, ``mkdir`` and ``link``; strace counts each thread's calls
-separately.  ``N`` is read from an uninjected run of the same command traced the same way
-(the main thread issues these calls in the same order each time; the test checks that no
-other thread issued one), and each injected run's own trace confirms the failed call hit the
-intended file.
+calls ``fsync``, ``rename`` and ``mkdir``; strace counts each thread's calls separately.
+``N`` is read from an uninjected run of the same command traced the same way (the main
+thread issues these calls in the same order each time; the test checks that no other thread
+issued one), and each injected run's own trace confirms the failed call hit the intended
+file.
 
 Each case: exit status 2 with exactly one ``error:`` line (no traceback) naming the path and
 the lack of space, no ``.tmp*`` / ``.old-*`` leftovers in the run folder, the newest
@@ -31,7 +32,7 @@ import pytest
 from _real_run import REPO, TINY, history
 
 STRACE = shutil.which("strace")
-TRACED = "pwrite64,fsync,rename,mkdir,link,linkat"
+TRACED = "pwrite64,fsync,rename,mkdir"
 ARGS = [*TINY, "train.max_steps=30"]  # checkpoints at 10, 20 and 30 (validated: best, final)
 
 pytestmark = pytest.mark.skipif(
@@ -48,14 +49,17 @@ CASES = [
     ("manifest_write", "pwrite64", TMP20 + r"/manifest\.json", 0, "step_00000020"),
     ("tmp_mkdir", "mkdir", TMP20, 0, "step_00000020"),
     ("rename", "rename", TMP20, 0, "step_00000020"),
-    ("best_link", "link", r"checkpoints/step_00000030/state\.pt", 0, "step_00000030"),
+    ("dir_fsync", "fsync", TMP20, 0, "step_00000020"),  # the folder itself, before its rename
+    ("parent_fsync", "fsync", r"checkpoints", 1, "step_00000020"),  # after it (10, 20, 30)
+    ("best_copy", "pwrite64", r"checkpoints/\.tmp-best-[^/]+/state\.pt", 0, "step_00000030"),
     ("best_rename", "rename", r"checkpoints/\.tmp-best-[^/]+", 0, "step_00000030"),
     ("metrics_append", "pwrite64", r"metrics\.csv", 14, "metrics.csv"),
     ("metrics_rewrite", "pwrite64", r"\.metrics\.csv\.tmp-[^/]+", 1, "metrics.csv"),
     ("ranks", "pwrite64", r"\.ranks_test_all\.parquet\.tmp-[^/]+", 0, "ranks_test_all.parquet"),
     ("results", "pwrite64", r"\.results\.json\.tmp-[^/]+", 0, "results.json"),
 ]
-FAST = {"state_write", "rename", "results"}  # the default suite; the rest with --runslow
+# the default suite; the rest with --runslow
+FAST = {"state_write", "rename", "dir_fsync", "results"}
 
 CALL = re.compile(r'^(\d+) +(\w+)\((?:AT_FDCWD(?:<[^>]*>)?, )?(?:\d+<([^>]*)>|"([^"]*)")')
 
@@ -73,13 +77,6 @@ def trace_calls(log: Path) -> list[tuple[str, str, str, int]]:
 def strace(log: Path, *extra: str) -> list[str]:
     """Follow every thread (``-f``), stop only at the traced calls (``--seccomp-bpf``)."""
     return [STRACE, "-f", "--seccomp-bpf", "-o", str(log), "-y", "-e", f"trace={TRACED}", *extra]
-
-
-def link_name(calls: list[tuple[str, str, str, int]]) -> str:
-    """The name of the hard-link syscall this Python uses (``link`` or ``linkat``)."""
-    names = {c[0] for c in calls if c[0] in ("link", "linkat")}
-    assert len(names) == 1, names
-    return names.pop()
 
 
 def run_cli(root: Path, run: str, cwd: Path, prefix: list[str]):
@@ -145,8 +142,6 @@ def test_no_space_at_one_write(straight, case, syscall, pattern, occurrence, nam
     from cmpnn_dist.training.checkpoint import list_checkpoints, load_checkpoint
 
     root, base, calls = straight["root"], straight["base"], straight["calls"]
-    if syscall == "link":
-        syscall = link_name(calls)
     straight_dir = str(root / "runs" / "straight")
     target = re.compile(re.escape(straight_dir) + "/" + pattern + "$")
     same = [c for c in calls if c[0] == syscall]

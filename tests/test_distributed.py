@@ -9,7 +9,7 @@ one uninterrupted 2-worker run; the other runs are compared to it:
   step exactly once in the history;
 * the job process killed after a checkpoint, two newest checkpoints damaged (a truncated
   file, a missing manifest), the job submitted again with the same run_name in a fresh Ray:
-  warnings name both, it resumes from the third and ends bit-identical;
+  its one resume line names both, it resumes from the third and ends bit-identical;
 * a stalled rank fails within the collective timeout; a failure on every attempt stops
   after max_failures retries with a clear message;
 * ``ray job submit`` of the CLI against a ``ray start --head`` node;
@@ -314,9 +314,11 @@ def test_job_killed_and_resubmitted_resumes(reference, dataset, tmp_path) -> Non
         _kill_group(proc)
     assert proc.returncode == 0, output[-5000:]
     summary = json.loads(output.strip().splitlines()[-1])
-    assert f"skipping invalid checkpoint {ckpts[9]}" in output and "truncated" in output
-    assert f"skipping invalid checkpoint {ckpts[6]}" in output and "manifest missing" in output
-    assert output.count("resuming from step") == 1 and "resuming from step 3" in output
+    assert output.count("resuming from step") == 1, output[-5000:]
+    line = next(ln for ln in output.splitlines() if "resuming from step" in ln)
+    assert f"resuming from step 3: {ckpts[3]} (the newest valid checkpoint; skipped" in line
+    assert f"{ckpts[9] / STATE_FILE}: size 100 bytes" in line and "truncated" in line
+    assert f"{ckpts[6] / MANIFEST}: manifest missing" in line
     assert summary["resumed_from_step"] == 3
     final = final_state(summary["run_dir"])
     assert_bit_identical(final["model"], reference["state"]["model"])

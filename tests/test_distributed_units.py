@@ -8,7 +8,7 @@ fault-spec parsing and settings validation.
 from __future__ import annotations
 
 import os
-import warnings
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +27,12 @@ def checkpoint_candidates(run: str) -> list[tuple[int, str]]:
     return [(s, uri.rsplit("/", 1)[-1]) for s, uri in CheckpointStore(run).candidates()]
 
 
-def select_checkpoint(run: str, scratch: Path):
-    found = CheckpointStore(run, scratch=scratch).find_latest()
+def select_checkpoint(run: str, scratch: Path, skipped: list[str] | None = None):
+    """The store's choice; what it skipped and why goes to ``skipped``."""
+    store = CheckpointStore(run, scratch=scratch)
+    found = store.find_latest()
+    if skipped is not None:
+        skipped.extend(store.skipped)
     return None if found is None else (found.path, found.manifest, found.uri.rsplit("/", 1)[-1])
 
 
@@ -50,10 +54,8 @@ def test_select_checkpoint_skips_truncated_and_manifestless(tmp_path: Path) -> N
     (no_manifest / MANIFEST).unlink()
 
     assert [s for s, _ in checkpoint_candidates(str(run))] == [12, 9, 6, 3]
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        local, manifest, name = select_checkpoint(str(run), tmp_path / "scratch")
-    messages = [str(w.message) for w in caught]
+    messages: list[str] = []
+    local, manifest, name = select_checkpoint(str(run), tmp_path / "scratch", messages)
     assert name == "step_00000006-bbbb" and manifest["step"] == 6
     assert torch.equal(load_checkpoint(local)["w"], torch.full((64,), 6.0))
     assert len(messages) == 2
@@ -64,8 +66,9 @@ def test_select_checkpoint_skips_truncated_and_manifestless(tmp_path: Path) -> N
 def test_select_checkpoint_none_when_all_torn_or_absent(tmp_path: Path) -> None:
     assert select_checkpoint(str(tmp_path / "absent"), tmp_path) is None
     (_write(tmp_path / "run", 1, "x") / MANIFEST).unlink()
-    with pytest.warns(UserWarning, match="step_00000001-x"):
-        assert select_checkpoint(str(tmp_path / "run"), tmp_path) is None
+    skipped: list[str] = []
+    assert select_checkpoint(str(tmp_path / "run"), tmp_path, skipped) is None
+    assert len(skipped) == 1 and "step_00000001-x" in skipped[0]
 
 
 def test_select_checkpoint_through_file_uri(tmp_path: Path) -> None:
@@ -75,8 +78,9 @@ def test_select_checkpoint_through_file_uri(tmp_path: Path) -> None:
     (bad / STATE_FILE).write_bytes(b"x" * (bad / STATE_FILE).stat().st_size)  # same size
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    with pytest.warns(UserWarning, match="step_00000004-b.*sha256"):
-        local, manifest, name = select_checkpoint(f"file://{run}", scratch)
+    skipped: list[str] = []
+    local, manifest, name = select_checkpoint(f"file://{run}", scratch, skipped)
+    assert len(skipped) == 1 and re.search("step_00000004-b.*sha256", skipped[0])
     assert name == "step_00000002-a" and manifest["step"] == 2
     assert local.parent == scratch  # fetched, not read in place
 

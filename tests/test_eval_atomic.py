@@ -2,8 +2,9 @@
 
 A child process evaluates a copy of the session's tiny real run and is SIGKILLed when it
 starts ranking the test split (after the valid split's ranks exist in its staging folder):
-the run folder must hold no ``ranks_valid_*`` or ``eval_*`` file afterwards, and the next
-evaluation drops the dead staging folder and publishes everything.  The sharded (Ray) case,
+``<run>/evaluations/`` must hold no evaluation folder afterwards (only the dead staging
+folder), the run's own files are untouched, and the next evaluation drops the dead staging
+folder and publishes its folder whole.  The sharded (Ray) case,
 a worker killed mid-evaluation and retried, is the slow test at the end.
 """
 
@@ -44,22 +45,35 @@ CHILD = textwrap.dedent(
 def test_a_killed_evaluation_leaves_nothing_and_the_next_one_publishes_all(real_run, tmp_path):
     from cmpnn_dist.evaluate import _main
 
-    run = tmp_path / "run"
-    shutil.copytree(real_run["run_dir"], run)
-    before = {p.name for p in run.iterdir()}
+    run = tmp_path / "run"  # the run as training left it (other tests evaluate the original)
+    shutil.copytree(real_run["run_dir"], run, ignore=shutil.ignore_patterns("evaluations"))
+    before = _files(run)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, f"ckpt={run}/checkpoints/best"],
         capture_output=True, text=True, env=env, timeout=300,
     )  # fmt: skip
     assert proc.returncode == -9, proc.stderr[-2000:]
-    after = {p.name for p in run.iterdir() if not p.name.startswith(".tmp-eval-")}
-    assert after == before  # no ranks_valid_all.parquet, no eval_all.json
-    assert any(p.name.startswith(".tmp-eval-") for p in run.iterdir())  # it was staging
+    evaluations = run / "evaluations"
+    staged = [p.name for p in evaluations.iterdir()]
+    assert len(staged) == 1 and staged[0].startswith(".tmp-eval-"), staged  # it was staging
+    assert {k: v for k, v in _files(run).items() if not k.startswith("evaluations/")} == before
     assert run_cli(_main, [f"ckpt={run}/checkpoints/best"]) == 0
-    names = {p.name for p in run.iterdir()}
-    assert {"ranks_valid_all.parquet", "ranks_test_all.parquet", "eval_all.json"} <= names
-    assert not any(n.startswith(".tmp-eval-") for n in names)
+    folder = evaluations / "best.best-weights.all-pessimistic.all-queries"
+    assert [p.name for p in evaluations.iterdir()] == [folder.name]  # the dead staging: gone
+    names = {p.name for p in folder.iterdir()}
+    assert names == {"ranks_valid_all.parquet", "ranks_test_all.parquet", "results.json"}
+    assert {k: v for k, v in _files(run).items() if not k.startswith("evaluations/")} == before
+
+
+def _files(run: Path) -> dict[str, tuple[int, int]]:
+    """Every file of a run folder: ``{relative name: (size, mtime_ns)}``."""
+    out = {}
+    for p in run.rglob("*"):
+        if p.is_file():
+            st = p.stat()
+            out[p.relative_to(run).as_posix()] = (st.st_size, st.st_mtime_ns)
+    return out
 
 
 @pytest.mark.slow

@@ -14,6 +14,8 @@ import pytest
 
 from cmpnn_dist.cli import run_cli
 
+FULL = "best.best-weights.all-pessimistic.all-queries"  # evaluate's folder for checkpoints/best
+
 
 def _last_json(out: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
@@ -49,7 +51,8 @@ def test_evaluate_best_of_a_real_run_equals_its_training_numbers(real_run, capsy
     out = _last_json(capsys.readouterr().out)
     assert out["valid"]["mrr"] == pytest.approx(real_run["valid"]["mrr"], abs=1e-6)
     assert out["test"]["mrr"] == pytest.approx(real_run["test"]["mrr"], abs=1e-6)
-    assert (Path(real_run["run_dir"]) / "eval_all.json").is_file()
+    folder = Path(real_run["run_dir"]) / "evaluations" / FULL
+    assert out["evaluation_dir"] == str(folder) and (folder / "results.json").is_file()
 
 
 def test_predict_loads_a_real_run(real_run, capsys):
@@ -92,7 +95,9 @@ def test_readers_take_a_file_uri(real_run_uri, capsys):
     p = Predictor.from_checkpoint(run, device="cpu")
     assert len(p.predict(head="A::0", relation="t0", topk=2)) == 2
     local = Path(real_run_uri["base"]) / "runs" / "tiny"
-    assert (local / "plots" / "validation.png").is_file() and (local / "eval_all.json").is_file()
+    assert (local / "plots" / "validation.png").is_file()
+    assert (local / "evaluations" / FULL / "results.json").is_file()
+    assert out["evaluation_dir"] == f"{run}/evaluations/{FULL}"
 
 
 def test_predict_on_an_inductive_run_points_to_graph_test(tmp_path, capsys):

@@ -83,15 +83,21 @@ def test_fresh_restart_when_every_checkpoint_is_invalid(data, tmp_path, capfd):
     run = tmp_path / "run"
     with pytest.raises(Crash):
         fit(small_cfg(), data, run_dir=run, on_step=_crash_at(13))
-    for step in step_folders(run):
-        state = run / "checkpoints" / f"step_{step:08d}" / "state.pt"
+    folders = [f"step_{step:08d}" for step in step_folders(run)]
+    folders += ["best"] if (run / "checkpoints" / "best").is_dir() else []
+    for name in folders:
+        state = run / "checkpoints" / name / "state.pt"
         state.write_bytes(state.read_bytes()[:100])
     capfd.readouterr()
-    with pytest.warns(UserWarning, match="truncated"):
-        res = fit(small_cfg(), data, run_dir=run)
+    res = fit(small_cfg(), data, run_dir=run)
     err = capfd.readouterr().err
     assert res.resumed_from_step is None
-    assert "(2 invalid, skipped): starting from step 0" in err, err
+    lines = [line for line in err.splitlines() if "invalid" in line or "truncated" in line]
+    assert len(lines) == 1 and f"({len(folders)} invalid, skipped: " in lines[0], err
+    assert lines[0].endswith("): starting from step 0")
+    for name in folders:
+        assert f"{run}/checkpoints/{name}/state.pt: size 100 bytes" in lines[0]
+    assert "Warning" not in err
     assert "resuming from step" not in err
     # the crashed attempt's rows (1..13) are gone, not mixed with the new ones
     assert csv_train_steps(run) == list(range(1, res.step + 1))
@@ -372,6 +378,7 @@ def test_cli_first_lines_and_evaluate_on_both_checkpoint_paths(tmp_path):
         assert got["run_dir"] == str(run)
         # weights=best (default) evaluates the best weights: the run's own test figures
         assert got["test"]["mrr"] == pytest.approx(out["test"]["mrr"], abs=1e-6)
-    # the printed resume command resumes (nothing left to train: it ends at once)
+    # the printed resume command on the finished run: nothing to train, said in one line
     again = run_module("cmpnn_dist.train", f"storage_root={tmp_path}", "run_name=r", *TINY)
-    assert again.returncode == 0 and "resuming from step 8" in again.stderr
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "nothing to train: run 'r' finished at step 8" in again.stderr

@@ -24,6 +24,7 @@ from cmpnn_dist.convert.source import SourceMissing, plan, source_record
 from cmpnn_dist.convert.sources import BuildSpec
 from cmpnn_dist.errors import UsageError
 from cmpnn_dist.storage import fs
+from cmpnn_dist.storage.atomic import is_fatal_os_error, write_error
 from cmpnn_dist.storage.errors import StorageError
 from cmpnn_dist.storage.writer import write_dataset
 
@@ -148,7 +149,12 @@ def build(spec: BuildSpec, out_dir: str | Path, name: str) -> Path:
     if record is None:  # the converter found its files after all: record them now
         record = source_record(spec)
     meta["record"] = record
-    return write_dataset(out_dir, name=name, num_shards=spec.num_shards, meta=meta, **kwargs)
+    try:
+        return write_dataset(out_dir, name=name, num_shards=spec.num_shards, meta=meta, **kwargs)
+    except OSError as exc:  # a full disk, read-only...: one line naming the dataset being built
+        if not is_fatal_os_error(exc):
+            raise
+        raise write_error(exc, out_dir) from None  # the half-built copy is already gone
 
 
 def build_dataset(

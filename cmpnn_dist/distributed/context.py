@@ -250,16 +250,13 @@ class RayTrainContext:
         choice = None
         if self.is_main:
             found = self.store.resume_point(self.resume)  # the same sequence as in-process
+            line = self.store.resume_line(found)  # which checkpoint, what was skipped, why
+            if line is not None:
+                self.say(line)
             if found is not None:
                 choice = (found.uri, found.step)
-                self.say(f"resuming from step {found.step}: {found.uri}")
                 local = found.path
             else:
-                if self.store.skipped:
-                    self.say(
-                        f"no valid checkpoint in {self.store.root} "
-                        f"({len(self.store.skipped)} invalid, skipped): starting from step 0"
-                    )
                 if self._metrics is not None:
                     self._metrics.start_fresh()
         choice = self._broadcast_object(choice)
@@ -300,6 +297,8 @@ class RayTrainContext:
             self.timings["checkpoint_saves"] += 1
             self._save_started = None
         start = time.perf_counter()
+        if self._metrics is not None:  # its events on disk before the checkpoint holding them
+            self._metrics.flush_tensorboard()
         manifest = self.store.publish(local, self.keep_last)  # the same sequence as in-process
         self._sync_metrics_file()
         if self.store.remote:

@@ -197,6 +197,14 @@ def _worker_env() -> dict[str, str]:
     return env
 
 
+def _read_or_none(uri: str) -> str | None:
+    """The text of file ``uri``; None when it is absent."""
+    try:
+        return remote.read_text(uri) if remote.exists(uri) else None
+    except FileNotFoundError:
+        return None
+
+
 def _first_lines(text: str, n: int = 12) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     tail = lines[-n:]
@@ -259,9 +267,9 @@ def run_distributed(
     if claim is None:  # the driver owns the run folder while it runs
         claim = rf.claim_run(run_uri, cfg.resume)
     result_uri = remote.join(run_uri, RESULT_FILE)
-    if remote.exists(result_uri):
-        fs, path = remote.filesystem(result_uri)
-        fs.delete_file(path)
+    # a finished run's results.json stays until rank 0 replaces it whole (written to a
+    # temporary name, renamed): a re-run killed at any moment leaves it as it was
+    results_before = _read_or_none(result_uri)
     dataset = str(dataset_path)
     if not remote.is_uri(dataset):
         dataset = str(Path(dataset).resolve())
@@ -334,11 +342,12 @@ def run_distributed(
         if stopped is not None:  # checkpointed at the step where every rank stopped
             failed = False
             raise TrainingInterrupted(*stopped)
-        if not remote.exists(result_uri):
+        text = _read_or_none(result_uri)
+        if text is None or text == results_before:
             raise DistributedTrainingError(
-                f"training finished but rank 0 left no {result_uri} (see the worker logs)"
+                f"training finished but rank 0 left no new {result_uri} (see the worker logs)"
             )
-        summary = json.loads(remote.read_text(result_uri))
+        summary = json.loads(text)
         newest = CheckpointStore(run_uri).candidates()
         summary["checkpoint"] = newest[0][1] if newest else None
         records = _crash_records(outcome)

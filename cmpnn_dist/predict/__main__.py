@@ -91,6 +91,11 @@ def _main(argv: list[str]) -> dict[str, Any]:
     draw = Path(special["draw"]).expanduser() if "draw" in special else None
     if draw is not None and draw.suffix.lower() not in (".png", ".svg", ".pdf"):
         raise UsageError(f"draw={draw}: use a .png, .svg or .pdf file name")
+    from cmpnn_dist.training.run_folder import check_not_run_file
+
+    for key, target in (("out", out), ("draw", draw)):
+        if target is not None:
+            check_not_run_file(target, key)
     if single:
         queries = [Query(special.get("head"), special["relation"], special.get("tail"))]
     else:
@@ -101,7 +106,7 @@ def _main(argv: list[str]) -> dict[str, Any]:
     predictor = Predictor.from_checkpoint(
         special["ckpt"],
         overrides,
-        weights=special.get("weights", "best"),
+        weights=special.get("weights"),
         graph=special.get("graph", "train"),
         device=special.get("device"),
     )

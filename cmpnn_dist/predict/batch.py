@@ -54,7 +54,9 @@ def _options(special: dict[str, str]) -> dict[str, Any]:
     known = special.get("known", "flag")
     if known not in ("flag", "filter"):
         raise UsageError(f"known={known!r}: choose flag or filter")
-    weights = special.get("weights", "best")
+    from cmpnn_dist.training.restore import default_weights
+
+    weights = special.get("weights") or default_weights(special.get("ckpt", ""))
     if weights not in ("best", "last"):
         raise UsageError(f"weights={weights!r}: choose best or last")
     progress = special.get("progress", "true").lower()

@@ -11,16 +11,22 @@ from cmpnn_dist.errors import UsageError
 
 
 def load_model(
-    path: str | Path, overrides: list[str], weights: str = "best"
+    path: str | Path, overrides: list[str], weights: str | None = None
 ) -> tuple[Any, Config, Any]:
     """-> ``(CMPNN with the chosen weights, Config, opened Dataset)``.
 
     ``path``: a checkpoint folder or a run folder (its newest valid checkpoint);
-    ``weights``: ``best`` (by validation MRR, when the checkpoint holds it) or ``last``.
+    ``weights``: ``best`` (by validation MRR, when the checkpoint holds it) or ``last``;
+    None: a step folder's own, else best (:func:`~cmpnn_dist.training.restore.default_weights`).
     """
     from cmpnn_dist.storage import open_dataset
-    from cmpnn_dist.training.restore import load_checkpoint_config, model_from_state
+    from cmpnn_dist.training.restore import (
+        default_weights,
+        load_checkpoint_config,
+        model_from_state,
+    )
 
+    weights = weights or default_weights(path)
     if weights not in ("best", "last"):
         raise UsageError(f"weights={weights!r}: choose best or last")
     ckpt, state, cfg = load_checkpoint_config(path, overrides)

@@ -109,13 +109,14 @@ class Predictor:
         cls,
         path: str | Path,
         overrides: Sequence[str] = (),
-        weights: str = "best",
+        weights: str | None = None,
         graph: str = "train",
         device: str | torch.device | None = None,
     ) -> Predictor:
         """Rebuild model and dataset from a checkpoint (or run) folder, as ``evaluate`` does.
 
-        ``weights``: ``best`` (by validation MRR, when saved) or ``last``; ``overrides``:
+        ``weights``: ``best`` (by validation MRR, when saved) or ``last``; None: a step
+        folder's own weights, else best (as ``evaluate``); ``overrides``:
         ``key=value`` config overrides (``storage_root=...`` when the run moved).
         """
         from cmpnn_dist.predict.loading import load_model

@@ -14,10 +14,11 @@ fsync'ed, ``manifest.json`` is written *last*, and the directory is renamed into
 ``os.replace``.  A checkpoint therefore counts only once its manifest is complete; a directory
 without a readable manifest, or whose files do not match it (size, sha256), is *torn*:
 the store's discovery (:meth:`~cmpnn_dist.training.checkpoint_store.CheckpointStore.find_latest`,
-the one rule) skips it with a warning naming it and falls back to the previous one.
-A write that fails at any point (a file, an fsync, the rename) because the disk is full,
-read-only or not writable raises one :class:`CheckpointError` (a user error: retrying cannot
-help) naming the checkpoint, the bytes it needs and the free space of its filesystem; the
+the one rule) skips it, falls back to the previous valid one (``best`` included) and the run's
+one resume line names what it skipped and why.  A write that fails at any point (a file, the
+fsync of a file or of a folder, the rename) because the disk is full, read-only or not
+writable raises one :class:`CheckpointError` (a user error: retrying cannot help) naming the
+checkpoint, the bytes it needs and the free space of its filesystem; the
 temporary folder is removed and the previous checkpoints are untouched.
 
 Run-level logic (where a run keeps its checkpoints, the ``best`` copy, pruning, local folders
@@ -76,15 +77,22 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: str | Path) -> None:
+    """Flush folder ``path``'s entries (its renames) to disk.  A filesystem that cannot fsync
+    a folder (``EINVAL``...) is no error; a full disk or a read-only filesystem
+    (:func:`is_fatal_os_error`) is: the OSError is raised, and the caller names what it was
+    writing."""
     try:
         fd = os.open(path, os.O_RDONLY)
-    except OSError:
+    except OSError as e:
+        if is_fatal_os_error(e):
+            raise
         return
     try:
         os.fsync(fd)
-    except OSError:
-        pass
+    except OSError as e:
+        if is_fatal_os_error(e):
+            raise
     finally:
         os.close(fd)
 
@@ -139,20 +147,26 @@ def _save(dir: Path, data: memoryview, manifest: bytes, stage: list[str]) -> Pat
     parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{dir.name}-", dir=parent))
     old: Path | None = None
+    placed = False
     try:
         stage[0] = STATE_FILE
         _write_file(tmp / STATE_FILE, data)
         stage[0] = MANIFEST
         _write_file(tmp / MANIFEST, manifest)
-        _fsync_dir(tmp)
+        stage[0] = "the fsync of its folder"
+        fsync_dir(tmp)
         stage[0] = "the rename into place"
         if dir.exists():
             old = parent / f".old-{dir.name}-{uuid.uuid4().hex[:8]}"
             os.replace(dir, old)
         os.replace(tmp, dir)
-        _fsync_dir(parent)
+        placed = True
+        stage[0] = f"the fsync of {parent}"
+        fsync_dir(parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if placed:  # renamed, but the rename may not be on disk: take it back
+            shutil.rmtree(dir, ignore_errors=True)
         if old is not None and not dir.exists():
             os.replace(old, dir)
         raise

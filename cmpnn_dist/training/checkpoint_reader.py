@@ -20,8 +20,12 @@ very bytes (``torch.load(weights_only=True)``), so what it returns is one comple
 When the folder changed while being read (gone, replaced, its manifest different), or
 ``best`` is absent or incomplete while staged copies of it exist, it falls back to the newest
 complete checkpoint of the run -- that lookup is retried up to :data:`ATTEMPTS` times, since
-the newest can be pruned too -- and says which in one line.  A checkpoint that stays torn or
-corrupt while nothing changes is an error, as is a path that does not exist.
+the newest can be pruned too -- and says which in one line.  A run folder (or its
+``checkpoints``) is read at its newest complete checkpoint among the step folders and
+``best`` (in the order of ``CheckpointStore.resume_candidates``): a corrupt newest step
+falls back to ``best`` or an older step, said in one line naming what was skipped and why.
+A checkpoint folder named itself that stays torn or corrupt while nothing changes is an
+error, as is a path that does not exist.
 """
 
 from __future__ import annotations
@@ -31,7 +35,6 @@ import io
 import logging
 import sys
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,14 +89,17 @@ def read_checkpoint(path: str | Path, say: Callable[[str], None] = _say) -> Load
     if not fs.exists(loc):
         raise UsageError(f"checkpoint path {path} does not exist")
     run = parent if fs.name(loc) == CHECKPOINTS_DIR else loc
-    found, gone = _newest(run) if fs.is_dir(loc) else (None, None)
+    found, gone, skipped = _newest(run) if fs.is_dir(loc) else (None, None, [])
     if found is None:
-        raise UsageError(
-            f"no valid checkpoint at {path} (expected a checkpoint, run or checkpoints folder)"
-        )
+        why = f": {'; '.join(skipped)}" if skipped else ""
+        expected = "expected a checkpoint, run or checkpoints folder"
+        raise UsageError(f"no valid checkpoint at {path} ({expected}){why}")
     if gone is not None:
         say(f"{gone} was removed while being read (its run prunes old checkpoints): using "
             f"{found.location} instead")  # fmt: skip
+    elif skipped:
+        say(f"using {found.location}, the newest valid checkpoint of {run}: skipped "
+            f"{'; '.join(skipped)}")  # fmt: skip
     return found
 
 
@@ -126,34 +132,32 @@ def _staged_best(store: CheckpointStore) -> list[str]:
 
 
 def _newest_or_fail(run: str, path: str | Path) -> Loaded:
-    found, _ = _newest(run)
+    found, _, skipped = _newest(run)
     if found is None:
-        raise UsageError(f"no valid checkpoint at {path} nor in its run folder {run}")
+        why = f": {'; '.join(skipped)}" if skipped else ""
+        raise UsageError(f"no valid checkpoint at {path} nor in its run folder {run}{why}")
     return found
 
 
-def _newest(run: str) -> tuple[Loaded | None, str | None]:
-    """``(the newest complete checkpoint of run folder run or None, the first one that
-    vanished while being read or None)``.  Torn ones are skipped with a warning naming them
-    (once each); the listing is retried when one vanishes (a newer one was published)."""
+def _newest(run: str) -> tuple[Loaded | None, str | None, list[str]]:
+    """``(the newest complete checkpoint of run folder run -- step folders and best -- or
+    None, the first one that vanished while being read or None, why each torn one was
+    skipped)``.  The listing is retried when one vanishes (a newer one was published)."""
     store = CheckpointStore(run)
-    warned: set[str] = set()
+    skipped: dict[str, str] = {}
     gone: str | None = None
     for attempt in range(ATTEMPTS):
-        for _step, uri in store.candidates():
+        for _step, uri in store.resume_candidates():
             try:
-                return _read(uri), gone
+                return _read(uri), gone, list(skipped.values())
             except CheckpointGone:
                 gone = gone or uri
                 break
             except CheckpointError as e:
-                if uri not in warned:
-                    warned.add(uri)
-                    msg = f"skipping invalid checkpoint {uri}: {e}"
-                    logger.warning(msg)
-                    warnings.warn(msg, stacklevel=3)
+                skipped.setdefault(uri, str(e))
+                logger.debug("skipping invalid checkpoint %s: %s", uri, e)
         else:
-            return None, gone
+            return None, gone, list(skipped.values())
         time.sleep(_SETTLE[0] * attempt)
     raise UsageError(
         f"no checkpoint of {run} stayed in place long enough to be read ({ATTEMPTS} tries): "

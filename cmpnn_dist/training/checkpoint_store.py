@@ -13,17 +13,20 @@ Ray workers' ``RayTrainContext``) and ``python -m cmpnn_dist.evaluate`` go throu
   rename: atomic on a local or shared filesystem) and calls :meth:`commit`, which for a pyarrow
   URI (``s3://``, ``gs://``, ``file://``) uploads the files and the manifest *last*, so a
   checkpoint counts only once its manifest is there in both cases;
-* **discover**: :meth:`find_latest` lists the ``step_*`` folders newest first and returns the
-  first whose manifest, sizes and sha256 sums check out; torn ones are skipped with a warning
-  naming them (``step_N-<token>`` folders directly in the run folder, left by older Ray runs,
-  are found too);
+* **discover**: :meth:`find_latest` lists the ``step_*`` folders and ``best`` (at the step its
+  manifest names) newest first and returns the first whose manifest, sizes and sha256 sums
+  check out: a corrupt newest checkpoint falls back to the previous valid one, ``best``
+  included, and nothing valid is deleted because a newer one is torn.  What it skipped and why
+  stays in :attr:`CheckpointStore.skipped` for the run's one resume line
+  (:meth:`CheckpointStore.resume_line`); ``step_N-<token>`` folders directly in the run
+  folder, left by older Ray runs, are found too;
 * **prune**: :meth:`prune` keeps the newest ``keep_last`` valid checkpoints (by step, read from
   the folder listing, so folders left by a killed attempt are pruned like any other) and deletes
   older valid ones and torn ones older than the newest valid one; ``best`` is never pruned;
 * **best**: :meth:`update_best` replaces ``checkpoints/best`` when a checkpoint's
-  ``manifest.meta.score`` beats the score in ``best/manifest.json`` (earliest wins ties); on a
-  local filesystem the copy is made of hard links (no extra space; checkpoint files are never
-  rewritten in place) and swapped in with a rename;
+  ``manifest.meta.score`` beats the score in ``best/manifest.json`` (earliest wins ties); the
+  copy is a real one (its own files, fsync'ed; never a hard link to the step's file, so one
+  damaged file cannot take both) swapped in with a rename;
 * **one writer**: only the process that holds the run lock
   (:class:`~cmpnn_dist.training.run_folder.RunLock`) publishes, prunes, repairs ``best`` and
   drops interrupted writes (:meth:`publish`, :meth:`resume_point`).  Readers (``evaluate``,
@@ -37,6 +40,7 @@ moved aside and the new one not yet in place -- so tests can run readers inside 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -44,18 +48,18 @@ import shutil
 import tempfile
 import time
 import uuid
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cmpnn_dist.storage import fs
-from cmpnn_dist.storage.atomic import NO_SPACE, describe, is_fatal_os_error
+from cmpnn_dist.storage.atomic import describe, is_fatal_os_error, write_all
 
 from .checkpoint import (
     MANIFEST,
     CheckpointError,
     checkpoint_name,
+    fsync_dir,
     parse_checkpoint_name,
     read_manifest,
 )
@@ -149,7 +153,8 @@ class CheckpointStore:
         self.best_uri = join(self.root, BEST_DIR)
         self._scratch = scratch
         self._scratch_tag = scratch_tag
-        self.skipped: list[str] = []
+        self.skipped: list[str] = []  # find_latest: the checkpoints skipped and why
+        self.dropped: list[str] = []  # resume_point: a corrupt best dropped, and why
 
     @property
     def scratch(self) -> Path:
@@ -176,26 +181,60 @@ class CheckpointStore:
         name = uri.rstrip("/").rsplit("/", 1)[-1]
         return _download(uri, Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.scratch)))
 
-    def find_latest(self) -> Found | None:
-        """The newest checkpoint whose manifest and sha256 sums check out (None: none).
+    def best_step(self) -> int | None:
+        """The step ``checkpoints/best/manifest.json`` names (None: absent or unreadable)."""
+        try:
+            manifest = json.loads(fs.read_text(join(self.best_uri, MANIFEST)))
+            step = manifest["step"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return int(step) if isinstance(step, int) else None
 
-        Each torn one is skipped with ``warnings.warn`` and ``logger.warning`` naming it; the
-        messages stay in ``self.skipped``.
-        """
+    def resume_candidates(self) -> list[tuple[int, str]]:
+        """:meth:`candidates` and ``best`` (at the step its manifest names; after the step
+        folders of that step; last when its manifest is unreadable), newest first."""
+        found = [(step, 1, uri) for step, uri in self.candidates()]
+        if fs.exists(self.best_uri):
+            step = self.best_step()
+            found.append((-1 if step is None else step, 0, self.best_uri))
+        return [(step, uri) for step, _, uri in sorted(found, reverse=True)]
+
+    def find_latest(self) -> Found | None:
+        """The newest checkpoint, among the step folders and ``best``, whose manifest and
+        sha256 sums check out (None: none).  Read-only.  Each one skipped on the way is one
+        message in ``self.skipped`` (its path and why), said by the caller in one line."""
         self.skipped = []
-        for step, uri in self.candidates():
+        for step, uri in self.resume_candidates():
             local = self.local(uri)
             try:
                 manifest = read_manifest(local, verify_checksums=True)
             except CheckpointError as e:
-                msg = f"skipping invalid checkpoint {uri}: {e}"
-                self.skipped.append(msg)
-                logger.warning(msg)
-                warnings.warn(msg, stacklevel=2)
+                self.skipped.append(str(e))
+                logger.debug("skipping invalid checkpoint %s: %s", uri, e)
                 if self.remote:
                     shutil.rmtree(local, ignore_errors=True)
                 continue
+            step = manifest.get("step") if isinstance(manifest.get("step"), int) else step
             return Found(step, uri, local, manifest)
+        return None
+
+    def resume_line(self, found: Found | None) -> str | None:
+        """The one line a (re)start says about :meth:`find_latest`'s answer ``found``: the
+        checkpoint it continues from and what it skipped and why, or that it starts afresh
+        because nothing valid is left (None: a first start, nothing to say)."""
+        skipped = "; ".join(self.skipped)
+        if found is not None:
+            line = f"resuming from step {found.step}: {found.uri}"
+            if skipped:
+                line += f" (the newest valid checkpoint; skipped {skipped})"
+            if self.dropped:
+                line += f" ({'; '.join(self.dropped)})"
+            return line
+        if self.skipped:
+            return (
+                f"no valid checkpoint in {self.root} ({len(self.skipped)} invalid, skipped: "
+                f"{skipped}): starting from step 0"
+            )
         return None
 
     # ------------------------------------------------------------------ writing
@@ -257,8 +296,6 @@ class CheckpointStore:
             if self.remote:
                 fs, path = filesystem(join(self.best_uri, MANIFEST))
                 with fs.open_input_stream(path) as f:
-                    import json
-
                     manifest = json.loads(f.read().decode())
             else:
                 manifest = read_manifest(Path(self.best_uri), verify_checksums=False)
@@ -271,11 +308,12 @@ class CheckpointStore:
         """Make checkpoint ``local`` the ``best`` copy if its score beats the current one (a
         checkpoint with ``meta.best_is_last``, of a run that ranks no validation, always does).
 
-        Atomic: the new copy is staged complete as ``.tmp-best-<token>`` (hard links locally;
-        uploaded manifest last on a URI), then ``best`` is renamed to ``.old-best-<token>``,
-        the staged copy renamed to ``best`` and the old one deleted.  A kill at any point leaves
-        ``best`` valid or restorable: :meth:`repair_best` (run at every resume, by the run
-        lock's holder only) moves the newest complete staged copy into place."""
+        Atomic: the new copy is staged complete as ``.tmp-best-<token>`` (files copied and
+        fsync'ed locally; uploaded manifest last on a URI), then ``best`` is renamed to
+        ``.old-best-<token>``, the staged copy renamed to ``best`` and the old one deleted.
+        A kill at any point leaves ``best`` valid or restorable: :meth:`repair_best` (run at
+        every resume, by the run lock's holder only) moves the newest complete staged copy
+        into place."""
         meta = manifest.get("meta") or {}
         score = meta.get("score")
         if not meta.get("best_is_last"):
@@ -291,7 +329,7 @@ class CheckpointStore:
             if self.remote:
                 _upload(Path(local), tmp)
             else:
-                _link_tree(local, tmp)
+                _copy_tree(str(local), tmp)
         except BaseException:  # a failed staging (disk full...) leaves no half copy behind
             fs.delete_dir(tmp)
             raise
@@ -317,6 +355,11 @@ class CheckpointStore:
         return [join(self.root, n) for n in names]
 
     def _verified(self, location: str) -> bool:
+        return self._problem(location) is None
+
+    def _problem(self, location: str) -> str | None:
+        """Why checkpoint folder ``location`` fails its manifest / sha256 check (None: it
+        passes)."""
         try:
             if self.remote:
                 local = self.local(location)
@@ -326,9 +369,9 @@ class CheckpointStore:
                     shutil.rmtree(local, ignore_errors=True)
             else:
                 read_manifest(Path(location), verify_checksums=True)
-        except (CheckpointError, OSError):
-            return False
-        return True
+        except (CheckpointError, OSError) as e:
+            return str(e)
+        return None
 
     def repair_best(self) -> str | None:
         """After a kill during :meth:`update_best`: when ``best`` is missing or torn, move the
@@ -371,17 +414,27 @@ class CheckpointStore:
     def resume_point(self, resume: bool) -> Found | None:
         """The checkpoint a (re)started run continues from (every context calls this).
 
-        Interrupted writes are dropped and ``best`` repaired; the newest valid checkpoint is
-        offered to ``best`` again (a run killed between publishing a checkpoint and updating
-        ``best`` loses nothing).  None (no valid checkpoint, or ``resume`` False): the run
-        starts fresh and ``best`` is dropped."""
+        Interrupted writes are dropped and ``best`` repaired; the newest valid checkpoint (a
+        step folder or ``best``, :meth:`find_latest`) is offered to ``best`` again (a run
+        killed between publishing a checkpoint and updating ``best`` loses nothing); a
+        ``best`` that fails its sha256 check is dropped first, so a valid copy replaces it.
+        None (no valid checkpoint, or ``resume`` False): the run starts fresh and ``best`` is
+        dropped.  :meth:`resume_line` says which."""
+        self.dropped = []
         self.repair_best()
         self.discard_partial()
         found = self.find_latest() if resume else None
         if found is None:
             self.reset()
             return None
-        self.update_best(found.path, found.manifest)
+        if found.uri != self.best_uri:
+            problem = self._problem(self.best_uri) if fs.exists(self.best_uri) else None
+            if problem is not None:  # worth nothing, and its score would keep a valid copy out
+                _delete_dir(self.best_uri)
+            copied = self.update_best(found.path, found.manifest)  # a valid copy, by score
+            if problem is not None:
+                then = "copied from it" if copied else "the next validated checkpoint"
+                self.dropped.append(f"dropped the corrupt best: {problem}; best is {then}")
         return found
 
     def close(self) -> None:
@@ -403,8 +456,13 @@ def _drill_pause() -> None:
         time.sleep(float(delay))
 
 
-def _link_tree(src: str, dst: str) -> None:
-    """``dst`` as a copy of the folder ``src``, each file hard-linked where it can be.
+_COPY_BLOCK = 1 << 24  # bytes read and written at a time by _copy_file
+
+
+def _copy_tree(src: str, dst: str) -> None:
+    """``dst`` as a copy of the folder ``src``: every file its own copy (never a hard link:
+    one damaged file must not take ``best`` and a step checkpoint together), each file and
+    folder fsync'ed.
 
     Not ``shutil.copytree``: that gathers its copies' failures into one ``shutil.Error``
     without an errno, so a full disk would no longer read as one."""
@@ -412,17 +470,22 @@ def _link_tree(src: str, dst: str) -> None:
     for entry in sorted(os.scandir(src), key=lambda e: e.name):
         target = os.path.join(dst, entry.name)
         if entry.is_dir(follow_symlinks=False):
-            _link_tree(entry.path, target)
+            _copy_tree(entry.path, target)
         else:
-            _link_or_copy(entry.path, target)
+            _copy_file(entry.path, target)
+    fsync_dir(dst)
 
 
-def _link_or_copy(src: str, dst: str) -> None:
-    """A hard link; a copy where the filesystem has none (a full disk is not retried as a
-    copy, which would need more room than the link)."""
+def _copy_file(src: str, dst: str) -> None:
+    """Copy ``src`` to a new file ``dst`` block by block (the one positioned write,
+    :func:`~cmpnn_dist.storage.atomic.write_all`) and fsync it."""
+    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        os.link(src, dst)
-    except OSError as e:
-        if e.errno in NO_SPACE:
-            raise
-        shutil.copy2(src, dst)
+        with open(src, "rb") as f:
+            offset = 0
+            while block := f.read(_COPY_BLOCK):
+                write_all(fd, block, offset)
+                offset += len(block)
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -36,6 +36,7 @@ import logging
 import math
 import shutil
 import sys
+import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -54,6 +55,27 @@ from .run_folder import is_nonempty_dir, move_aside
 logger = logging.getLogger(__name__)
 
 BASE_COLUMNS = ["kind", "step", "epoch", "loss", "lr", "time_s"]
+_EVENT_WRITER_THREAD = "_AsyncWriterThread"  # tensorboard's background event file writer
+
+
+def _quiet_event_writer_thread() -> None:
+    """Keep the traceback of TensorBoard's event-writer thread off the console.
+
+    That thread stores a failed write (a full disk...) and re-raises it, which Python prints
+    as an ``Exception in thread`` traceback; the writer raises the same exception again in
+    the thread that calls ``add_scalar`` / ``flush`` / ``close`` next, where
+    :func:`~cmpnn_dist.storage.atomic.failing_writes` makes it the run's one ``error:``
+    line.  Installed once; other threads' exceptions go to the previous hook."""
+    previous = threading.excepthook
+    if getattr(previous, "_cmpnn_quiet_event_writer", False):
+        return
+
+    def hook(args: Any) -> None:
+        if type(args.thread).__name__ != _EVENT_WRITER_THREAD:
+            previous(args)
+
+    hook._cmpnn_quiet_event_writer = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
 
 
 @runtime_checkable
@@ -198,14 +220,11 @@ class LocalContext:
     def latest_checkpoint(self) -> Path | None:
         """The newest valid checkpoint (announced); None starts fresh and clears old logs."""
         found = self.store.resume_point(self.resume)
+        line = self.store.resume_line(found)  # which checkpoint, what was skipped and why
+        if line is not None:
+            self.say(line)
         if found is not None:
-            self.say(f"resuming from step {found.step}: {found.uri}")
             return found.path
-        if self.store.skipped:
-            self.say(
-                f"no valid checkpoint in {self.store.root} ({len(self.store.skipped)} invalid, "
-                "skipped): starting from step 0"
-            )
         self.start_fresh()
         return None
 
@@ -271,8 +290,9 @@ class LocalContext:
             self._add_columns(row)
         self._rewrite_csv()
         self._reset_tensorboard()
-        for row in self._rows:
-            self._log_tensorboard(row)
+        with failing_writes(self.tb_dir):
+            for row in self._rows:
+                self._log_tensorboard(row)
         self.sync()  # a URI run folder: the rewritten logs replace the earlier attempts' now
 
     def report(self, metrics: dict[str, Any], checkpoint_dir: Path | None) -> None:
@@ -285,7 +305,16 @@ class LocalContext:
         with failing_writes(self.tb_dir):
             self._log_tensorboard(row)
         if checkpoint_dir is not None:
+            self.flush_tensorboard()
             self.commit_checkpoint(Path(checkpoint_dir))
+
+    def flush_tensorboard(self) -> None:
+        """Write the queued TensorBoard events to disk (before each checkpoint is published,
+        so a write that fails there -- a full disk -- stops the run at that checkpoint with
+        one error naming the folder, and the run resumes from it)."""
+        if self._writer is not None:
+            with failing_writes(self.tb_dir):
+                self._writer.flush()
 
     def _add_columns(self, row: dict[str, Any]) -> bool:
         new = [k for k in row if k not in self._columns]
@@ -316,6 +345,7 @@ class LocalContext:
         if self._writer is None:
             from torch.utils.tensorboard import SummaryWriter
 
+            _quiet_event_writer_thread()
             self._writer = SummaryWriter(str(self.tb_dir))
         kind = row.get("kind", "train")
         for key, value in row.items():

@@ -13,6 +13,9 @@ every check below has passed, so a refused run is one ``error:`` line and nothin
    (:func:`check_resume_point`: :func:`~cmpnn_dist.training.resume_keys.check_resume`,
    :func:`~cmpnn_dist.training.restore.check_resumable`).
 
+Before 2, :func:`finished_summary` recognises a run that is finished for this config: the
+command then trains nothing, changes nothing and says so in one line.
+
 :func:`undo_on_refusal` removes what the checks created (the storage root, ``datasets/``,
 the dataset folder, ``runs/``) when one of them refuses the run.
 """
@@ -20,14 +23,16 @@ the dataset folder, ``runs/``) when one of them refuses the run.
 from __future__ import annotations
 
 import contextlib
-import logging
+import json
 import shutil
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from cmpnn_dist.config import Config, config_to_dict
 from cmpnn_dist.errors import UsageError
+
+RESULTS = "results.json"  # the summary a finished run leaves in its folder
 
 
 def check_batch(cfg: Config, num_facts: int, where: str) -> None:
@@ -67,40 +72,68 @@ def check_resume_point(cfg: Config, run: str, sizes: dict[str, int]) -> None:
     checkpoint in ``run`` was written by a run with other shaping keys, another model or
     other data (``sizes``, :func:`data_sizes`).  Run by the process holding the run's lock;
     reads only.  A run that finds no checkpoint starts fresh: nothing to check."""
+    if cfg.resume:
+        _checked_newest(cfg, run, sizes)
+
+
+def _checked_newest(
+    cfg: Config, run: str, sizes: dict[str, int], step: int | None = None
+) -> tuple[int, dict[str, Any]] | None:
+    """``(step, state)`` of the newest valid checkpoint of ``run`` (step folders and best)
+    once it passes the resume rules for ``cfg`` (CheckpointError otherwise); None when there
+    is none, or (``step`` given) when it is not of that step."""
     from .checkpoint import load_checkpoint
     from .checkpoint_store import CheckpointStore
     from .restore import check_resumable
     from .resume_keys import check_resume
 
-    if not cfg.resume:
-        return
     store = CheckpointStore(run, scratch_tag="preflight")
     try:
-        with _quiet_discovery():  # the run itself names skipped checkpoints when it resumes
-            found = store.find_latest()
-        if found is None:
-            return
+        found = store.find_latest()  # read-only; the run itself names what it skipped
+        if found is None or (step is not None and found.step != step):
+            return None
         state = load_checkpoint(found.path)
         now = config_to_dict(cfg)
-        step = int(state["step"])
+        at = int(state["step"])
         steps_per_epoch = sizes["num_train_facts"] // cfg.train.batch_size
-        check_resume(found.uri, state.get("config", {}), now, step, steps_per_epoch)
+        check_resume(found.uri, state.get("config", {}), now, at, steps_per_epoch)
         check_resumable(found.uri, state, now.get("model"), sizes)
+        return at, state
     finally:
         store.close()
 
 
-@contextlib.contextmanager
-def _quiet_discovery() -> Iterator[None]:
-    log = logging.getLogger("cmpnn_dist.training.checkpoint_store")
-    level = log.level
-    log.setLevel(logging.ERROR)
+def finished_summary(cfg: Config, run: str, sizes: dict[str, int]) -> dict[str, Any] | None:
+    """The summary (``results.json``) of run folder ``run`` when running ``cfg`` there again
+    has nothing to train: its newest valid checkpoint is the step results.json reports,
+    validated, at the end this config sets (``train.epochs`` / ``max_steps``, or
+    ``train.max_minutes`` spent), and it passes the resume rules.  None otherwise (the run
+    goes on as a resume).  Reads only, and needs no lock: a re-run of a finished run then
+    changes nothing in its folder, whenever it is stopped."""
+    from cmpnn_dist.storage import fs
+
+    from .resume_keys import total_steps
+
+    if not cfg.resume:
+        return None
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        log.setLevel(level)
+        summary = json.loads(fs.read_text(fs.join(run, RESULTS)))
+        step = int(summary["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # absent (not finished) or unreadable (the run writes it again)
+    newest = _checked_newest(cfg, run, sizes, step)
+    if newest is None:
+        return None
+    _, state = newest
+    total = total_steps(
+        config_to_dict(cfg)["train"], sizes["num_train_facts"] // cfg.train.batch_size
+    )
+    budget = cfg.train.max_minutes
+    if budget and float(state.get("train_seconds", 0.0)) >= 60.0 * budget:
+        total = min(total, step)
+    if step < total or state.get("last_valid_step") != step:
+        return None
+    return summary
 
 
 @contextlib.contextmanager

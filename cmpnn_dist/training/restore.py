@@ -8,7 +8,8 @@ the trainer's resume all go through here:
   beside a live run: :mod:`~cmpnn_dist.training.checkpoint_reader`), its state, the run's
   config with overrides;
 * :func:`config_from_checkpoint` -- the run's saved config with overrides on top, validated;
-* :func:`model_from_state` -- the configured model with the checkpoint's best / last weights;
+* :func:`model_from_state` -- the configured model with the checkpoint's best / last weights
+  (:func:`default_weights`: which, when the reader is not told);
 * :func:`check_resumable` -- a checkpoint written by the same model on the same data (resume).
 
 Errors a person must fix are :class:`~cmpnn_dist.errors.UsageError` (``config_from_checkpoint``,
@@ -45,6 +46,18 @@ def load_checkpoint_config(
         loaded.state,
         config_from_checkpoint(loaded.state.get("config", {}), overrides),
     )
+
+
+def default_weights(path: str | Path) -> str:
+    """The weights a reader (``evaluate``, ``predict``, batch scoring) takes when
+    ``weights=`` is not given: ``last`` (the checkpoint's own) for a step checkpoint folder
+    named by its path (``.../checkpoints/step_N``), ``best`` (the best weights by valid MRR
+    that the checkpoint carries) for ``best``, a run folder or its ``checkpoints`` folder."""
+    from cmpnn_dist.storage import fs
+
+    from .checkpoint import parse_checkpoint_name
+
+    return "last" if parse_checkpoint_name(fs.name(fs.normalize(path))) is not None else "best"
 
 
 def run_dir_of(ckpt: str | Path) -> str:

@@ -135,6 +135,32 @@ def remove_failed_start(run: str, existed_before: bool) -> bool:
     return True
 
 
+# what a run writes itself: readers (evaluate, predict, report, batch scoring) never write these
+RUN_OWN_FILES = ("results.json", "metrics.csv", "train.log", ".lock")
+RUN_OWN_FOLDERS = ("checkpoints", "tensorboard", "evaluations", "plots")
+
+
+def check_not_run_file(path: Path, key: str) -> None:
+    """StorageError (one line) when ``path`` (given as ``key=``) is a file a run folder writes
+    itself or lies in one of its own folders (:data:`RUN_OWN_FILES`, ``ranks_*.parquet``,
+    :data:`RUN_OWN_FOLDERS`): a reader's output goes beside a run's files, never over them.
+    A run folder is one holding ``checkpoints/``."""
+    path = Path(path).expanduser().absolute()
+    for depth, folder in enumerate(path.parents):
+        if depth > 3:
+            return
+        if (folder / "checkpoints").is_dir():
+            first, *rest = path.relative_to(folder).parts
+            ranks = first.startswith("ranks_") and first.endswith(".parquet")
+            own = first in RUN_OWN_FOLDERS if rest else (first in RUN_OWN_FILES or ranks)
+            if own:
+                raise StorageError(
+                    f"{key}={path} would overwrite a file of run folder {folder} (written by "
+                    "its run, read by the other tools); write elsewhere, e.g. beside the run"
+                )
+            return
+
+
 def banner(run: str, storage_root: str, argv: Sequence[str], run_name: str) -> list[str]:
     """The first lines of a run: where it lives and the command that resumes it."""
     source = (
