@@ -467,8 +467,9 @@ def table(rows: list[dict]) -> str:
     lines = ["| mutation | area | planted bug | tests | result | s |", "|---|---|---|---|---|---|"]
     for r in rows:
         tests = "<br>".join(f"`{t}`" for t in r["tests"]) or "-"
+        bug = r["bug"].replace("|", "\\|")  # a table cell
         lines.append(
-            f"| `{r['name']}` | {r['area']} | {r['bug']} | {tests} | {r['result']} "
+            f"| `{r['name']}` | {r['area']} | {bug} | {tests} | {r['result']} "
             f"| {r['seconds']:.0f} |"
         )
     return "\n".join(lines)
@@ -511,13 +512,14 @@ def write_results(head: dict, rows: list[dict]) -> None:
                "survived": sum(r["result"] == "survived" for r in rows),
                "errors": sum(r["result"] == "error" for r in rows),
                "caught_fraction": round(caught / max(len(rows), 1), 3)}  # fmt: skip
-    load = head["load"]
+    load = {k: ", ".join(f"{x:.1f}" for x in v) for k, v in head["load"].items()}
+    minutes = sum(r["seconds"] for r in rows) / 60
     md = [
         "# Mutation check",
         "",
         f"- command: `{head['command']}`",
         f"- machine: {head['machine']}",
-        f"- load (1/5/15 min): {load['before']} before, {load['after']} after",
+        f"- load (1, 5, 15 min): {load['before']} before; {load['after']} after",
         f"- commit: {head['commit']}",
         f"- date: {head['date']}",
         "",
@@ -526,7 +528,8 @@ def write_results(head: dict, rows: list[dict]) -> None:
         "The list and the runner: `tests/mutation_check.py`.",
         "",
         f"**{caught} of {len(rows)} caught ({100 * summary['caught_fraction']:.0f} %)**, "
-        f"{summary['survived']} survived, {summary['errors']} errors.",
+        f"{summary['survived']} survived, {summary['errors']} errors; {minutes:.0f} minutes of "
+        "test runs.",
         "",
         table(rows),
         "",
