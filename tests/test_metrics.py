@@ -255,6 +255,14 @@ def test_hits_at_10_of_50_equals_drawing_its_samples(rule):
                     assert abs(wrong - rate) > 10 * stderr, (other, wrong, rate)
 
 
+def test_hits_at_k_counts_rank_k_itself():
+    """Hits@k is the fraction of ranks <= k: rank 10 counts for Hits@10, 11 and an average
+    tie's 10.5 do not; rank 3 counts for Hits@3, 1 for Hits@1."""
+    ranks = torch.tensor([1.0, 3.0, 10.0, 10.5, 11.0])
+    m = ranking_metrics(ranks, torch.full((5,), 50))
+    assert (m["hits@1"], m["hits@3"], m["hits@10"]) == (0.2, 0.4, 0.6)
+
+
 def test_ranking_metrics_hand_values():
     ranks = torch.tensor([1, 2, 4, 20])
     nums = torch.tensor([50, 50, 50, 50])

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from cmpnn_dist.distributed import faults
-from cmpnn_dist.distributed.stop import WorkersDidNotStop, fit_until_stopped
+from cmpnn_dist.distributed.stop import StopFlag, WorkersDidNotStop, fit_until_stopped
 
 
 def _signal_soon(signum: int, delay_s: float = 0.3) -> threading.Timer:
@@ -87,6 +87,16 @@ def test_a_second_ctrl_c_stops_at_once():
     first.join()
     second.join()
     assert time.monotonic() - start < 10
+
+
+def test_the_stop_flag_keeps_the_first_request():
+    """The flag's class as its Ray actor runs it: a Ctrl-C after a SIGTERM (or a second
+    driver's request) does not change the signal the workers stop with."""
+    flag = StopFlag()
+    assert flag.stop_signal() is None
+    flag.request_stop(signal.SIGTERM)
+    flag.request_stop(signal.SIGINT)
+    assert flag.stop_signal() == signal.SIGTERM
 
 
 def test_slow_fault_sleeps_in_every_training_forward_from_its_step(monkeypatch):
