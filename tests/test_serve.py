@@ -243,6 +243,7 @@ MIXED = [
 ]
 
 
+@pytest.mark.integration
 def test_a_batch_of_mixed_relations_and_tail_types_matches_the_python_api(server, predictor):
     """Concurrent requests for other relations and tail types share forward passes; each
     answer is still the predict API's, its tails of its own relation's tail type (a batch
@@ -324,6 +325,7 @@ HOSTILE = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("route", ["/predict", "/explain"])
 def test_hostile_bodies_under_the_limit_are_one_json_4xx_line(server, route):
     for body in HOSTILE:
