@@ -5,9 +5,10 @@ The Ray this starts is this process's own (``address="local"``, its processes wa
 :mod:`cmpnn_dist.distributed.reaper` in case this process is killed); its internal services
 listen on the loopback interface.  The HTTP proxy listens on ``serve.host`` only.
 
-Signals (:mod:`.signals`): ``ray.init`` runs in a helper thread, so Ray installs no SIGTERM
-handler of its own and the main thread keeps handling SIGINT / SIGTERM while Ray starts;
-:func:`stop` returns once every process of this Ray has exited.
+Signals (:mod:`.signals`): ``ray.init`` runs in a helper thread, where Ray installs no
+SIGTERM handler in Python (the one its core worker installs in C++ is replaced at once), so
+the main thread keeps handling SIGINT / SIGTERM while Ray starts; :func:`stop` returns once
+every process of this Ray has exited.
 """
 
 from __future__ import annotations
@@ -164,8 +165,8 @@ def start(settings: ServeSettings, signals: StopSignals | None = None, attempts:
             http_options={"host": settings.host, "port": settings.port},
             logging_config={"log_level": "WARNING"},
         )
-        _started["app"] = True
         serve.run(build_app(settings), name=APP_NAME, route_prefix="/")
+        _started["app"] = True  # answering: stop() lets its replicas finish what they hold
     except Exception as exc:  # noqa: BLE001 - e.g. a replica that failed to load the model
         stop()
         lines = [x for x in str(exc).strip().splitlines() if x.strip()]
