@@ -183,6 +183,7 @@ def test_killed_job_resumes_without_duplicates(ray_local, run_dir, tmp_path):
     finally:
         proc.wait(timeout=60)
         log.close()
+    assert "Token authentication" not in (tmp_path / "killed.log").read_text()  # ray_logs.py
     before = {p.name: p.stat().st_ino for p in out.glob("part-*.parquet")}
     num_parts = json.loads((out / "_job.json").read_text())["num_parts"]
     assert 0 < len(before) < num_parts, (len(before), (tmp_path / "killed.log").read_text()[-2000:])

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _serve_proc import descendants as descendants_in
+from _serve_proc import proc_table
 from _sockets import Watch, descendants, listening
 from conftest import running_in_ci
 
@@ -225,6 +227,54 @@ def test_concurrent_requests_share_forward_passes(server, predictor):
         _check_answers(got, _python_answers(predictor, head, "t0", 5))
 
 
+# (head, relation, k, tail_type): relations whose tails are of every type (t0: C, t1: B,
+# t3: A, b0: B, b1: C, b2: A), the same pair twice with other k, tail types named or not
+MIXED = [
+    ("A::203", "t0", 5, None),
+    ("A::17", "t1", 4, None),
+    ("C::3", "t3", 6, None),
+    ("A::203", "t1", 3, "B"),
+    ("B::40", "b2", 5, "A"),
+    ("A::17", "t0", 7, "C"),
+    ("A::120", "b1", 5, None),
+    ("C::3", "b0", 3, "B"),
+    ("A::203", "t0", 2, "C"),
+    ("B::40", "t3", 5, None),
+    ("A::120", "t1", 6, None),
+    ("A::17", "b2", 4, None),
+]
+
+
+@pytest.mark.integration
+def test_a_batch_of_mixed_relations_and_tail_types_matches_the_python_api(server, predictor):
+    """Concurrent requests for other relations and tail types share forward passes; each
+    answer is still the predict API's, its tails of its own relation's tail type (a batch
+    that applied one request's candidate mask to the others fails here)."""
+    types = {
+        r["name"]: r["tail_types"] for r in server.request("GET", "/relations")[1]["relations"]
+    }
+    assert len({types[rel][0] for _, rel, _, _ in MIXED}) == 3  # A, B and C tails
+    before = server.request("GET", "/health")[1]
+
+    def ask(query):
+        head, relation, k, tail_type = query
+        body = {"head": head, "relation": relation, "k": k}
+        return server.request(
+            "POST", "/predict", body | ({"tail_type": tail_type} if tail_type else {})
+        )
+
+    with ThreadPoolExecutor(len(MIXED)) as pool:
+        answers = list(pool.map(ask, MIXED))
+    after = server.request("GET", "/health")[1]
+    requests = after["predict_requests"] - before["predict_requests"]
+    assert requests == len(MIXED)
+    assert after["forwards"] - before["forwards"] < len(MIXED)  # batched
+    for (head, relation, k, _), (status, got) in zip(MIXED, answers, strict=True):
+        assert status == 200, got
+        assert {a["tail"].split("::")[0] for a in got["answers"]} == set(types[relation])
+        _check_answers(got, _python_answers(predictor, head, relation, k))
+
+
 def test_unknown_names_are_one_line_with_the_closest(server, predictor):
     for body, kind, name in (
         ({"head": "A::2033", "relation": "t0"}, "entity", "A::2033"),
@@ -258,6 +308,38 @@ def test_malformed_requests_are_400(server):
     assert r.status == 400 and "not JSON" in json.loads(r.read())["error"]
     assert server.request("GET", "/predict")[0] == 405
     assert server.request("GET", "/nowhere")[0] == 404
+
+
+HOSTILE = [
+    b"[" * 4000 + b"]" * 4000,  # 8 KB of nesting: a RecursionError in the parser once
+    b'{"a":' * 2000 + b"1" + b"}" * 2000,
+    b'{"head": "A::1", "relation": "t0", "k": ' + b"7" * 5000 + b"}",
+    b'{"head": NaN, "relation": "t0"}',
+    b'{"head": "\\ud800", "relation": "t0"}',
+    b'{"head": "\xed\xa0\x80", "relation": "t0"}',
+    b'{"head": "\xff", "relation": "t0"}',
+    b'{"head": "A::1", "relation": "t0", "k": 1e999}',
+    b'{"head": {"$ne": 1}, "relation": "t0"}',
+    b'{"head": ["A::1"], "relation": "t0", "tail": "C::1"}',
+    b'"A::1"',
+    b"null",
+    b"",
+]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("route", ["/predict", "/explain"])
+def test_hostile_bodies_under_the_limit_are_one_json_4xx_line(server, route):
+    for body in HOSTILE:
+        assert len(body) < 16384
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
+        conn.request("POST", route, body=body, headers={"Content-Type": "application/json"})
+        r = conn.getresponse()
+        text = r.read().decode()
+        assert r.status == 400, (body[:60], r.status, text)
+        assert r.getheader("content-type") == "application/json", text
+        error = json.loads(text)["error"]
+        assert error and "\n" not in error, text
 
 
 def test_oversized_bodies_are_413(server):
@@ -483,9 +565,18 @@ def test_a_port_taken_while_ray_starts_is_one_line_with_a_port_to_use(run_dir):
 
 
 def test_sigterm_stops_the_server(server):
-    """Last in the module: SIGTERM ends the server with status 0 and one JSON line."""
+    """Last in the module: SIGTERM ends the server with status 143, our two last lines, and
+    none of the processes it started left (start-up moments: ``tests/test_serve_faults.py``)."""
+    started = descendants_in(server.proc.pid, proc_table())
+    assert any("raylet" in r["cmd"] for r in started.values())
     server.proc.send_signal(signal.SIGTERM)
-    assert server.proc.wait(180) == 0, server.log.read_text()[-3000:]
-    last = [x for x in server.log.read_text().splitlines() if x.startswith("{")][-1]
-    assert json.loads(last)["stopped_by"] == "SIGTERM"
+    assert server.proc.wait(180) == 143, server.log.read_text()[-3000:]
+    lines = server.log.read_text().splitlines()
+    assert lines[-2] == "stopped by SIGTERM: Serve and its Ray are shut down"
+    assert json.loads(lines[-1])["stopped_by"] == "SIGTERM"
+    assert not any("graceful_shutdown" in x or "Token authentication" in x for x in lines)
     assert _listening(server.port) == []
+    time.sleep(2.0)  # its watcher exits within a second of the last Ray process
+    table = proc_table()
+    left = [r["cmd"] for p, r in started.items() if table.get(p, {}).get("start") == r["start"]]
+    assert left == []

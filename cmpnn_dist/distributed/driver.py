@@ -110,8 +110,11 @@ def _init_ray(cfg: Any) -> bool:
     machine, a full /tmp...), is one :class:`DistributedTrainingError` with a hint."""
     import ray
 
+    from .ray_logs import quiet_ray_start
+
     if ray.is_initialized():
         return False
+    quiet_ray_start()
     address = cfg.cluster.address or os.environ.get("RAY_ADDRESS")
     if address:
         source = "cluster.address" if cfg.cluster.address else "RAY_ADDRESS"

@@ -12,14 +12,18 @@ Routes (JSON unless said otherwise):
 
 With ``serve.batching=true`` concurrent ``/predict`` requests reaching one replica are
 gathered by ``serve.batch`` (up to ``max_batch_size``, waiting at most ``batch_wait_ms``) and
-answered by one forward pass.  Errors are ``{"error": "<one line>"}`` with a 4xx status: 400
-a malformed body, 404 an unknown route, 405 a wrong method, 413 a body over
-``max_body_bytes``, 422 an unknown name (with the closest names).
+answered by one forward pass.  ``/explain`` (a forward and a backward pass each) is answered
+by a deployment of its own, :class:`Explainer` (``explain_replicas`` model copies, one
+explanation at a time each): the replicas that answer ``/predict`` only pass the body on, so
+explanations cannot hold up predictions; past ``max_explain_queue`` explanations waiting, a
+request is refused with a 503.  Errors are ``{"error": "<one line>"}`` with a 4xx status: 400
+a malformed body (:mod:`.body`), 404 an unknown route, 405 a wrong method, 413 a body over
+``max_body_bytes``, 422 an unknown name (with the closest names); 503 a full explanation queue;
+anything else (a bug) a 500 with the same one-line JSON.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -28,6 +32,7 @@ from ray import serve
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
+from cmpnn_dist.serve.body import parse_body
 from cmpnn_dist.serve.engine import Engine, RequestError
 from cmpnn_dist.serve.settings import ServeSettings
 
@@ -48,35 +53,55 @@ async def _read_json(request: Request, limit: int) -> Any:
         data.extend(chunk)
         if len(data) > limit:
             raise RequestError(413, f"request body exceeds {limit} bytes")
-    try:
-        return json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RequestError(400, f"the request body is not JSON: {exc}") from None
+    return parse_body(bytes(data))
+
+
+def _engine(settings: ServeSettings, max_batch_size: int) -> Engine:
+    """The replica's model (the launcher's checkpoint, one torch thread per CPU).  Called from
+    each deployment's constructor, before Serve starts the replica's gRPC server."""
+    import torch
+
+    from cmpnn_dist.distributed.local_ray import serve_replica_on_node_address
+    from cmpnn_dist.predict import Predictor
+
+    serve_replica_on_node_address()  # that server on the node address, not every interface
+    if settings.cwd:
+        os.chdir(settings.cwd)  # the checkpoint and data paths are the launcher's
+    torch.set_num_threads(max(1, int(settings.cpus_per_replica)))
+    predictor = Predictor.from_checkpoint(
+        settings.ckpt,
+        settings.overrides,
+        weights=settings.weights,
+        graph=settings.graph,
+        device=settings.device,
+    )
+    return Engine(predictor, max_batch_size, settings.max_k)
+
+
+@serve.deployment
+class Explainer:
+    """A replica answering ``/explain`` bodies, one at a time: a model copy of its own."""
+
+    def __init__(self, settings: ServeSettings) -> None:
+        self.engine = _engine(settings, 1)
+
+    def explain(self, body: Any) -> dict[str, Any]:
+        """``{"answer": ...}``, or ``{"status", "error"}`` for a request it refuses."""
+        try:
+            return {"answer": self.engine.explain(body)}
+        except RequestError as exc:
+            return {"status": exc.status, "error": exc.message}
 
 
 @serve.deployment
 class PredictServer:
-    """One replica: a model copy and its :class:`Engine`."""
+    """One replica: a model copy and its :class:`Engine`; ``/explain`` goes to ``explainer``
+    (a handle of :class:`Explainer`)."""
 
-    def __init__(self, settings: ServeSettings) -> None:
-        import torch
-
-        from cmpnn_dist.distributed.local_ray import serve_replica_on_node_address
-        from cmpnn_dist.predict import Predictor
-
-        serve_replica_on_node_address()  # before Serve starts this replica's gRPC server
-        if settings.cwd:
-            os.chdir(settings.cwd)  # the checkpoint and data paths are the launcher's
-        torch.set_num_threads(max(1, int(settings.cpus_per_replica)))
-        predictor = Predictor.from_checkpoint(
-            settings.ckpt,
-            settings.overrides,
-            weights=settings.weights,
-            graph=settings.graph,
-            device=settings.device,
-        )
+    def __init__(self, settings: ServeSettings, explainer: Any) -> None:
         self.settings = settings
-        self.engine = Engine(predictor, settings.max_batch_size, settings.max_k)
+        self.engine = _engine(settings, settings.max_batch_size)
+        self.explainer = explainer
         self.page = PAGE.read_text(encoding="utf-8")
         self._batched.set_max_batch_size(settings.max_batch_size)
         self._batched.set_batch_wait_timeout_s(settings.batch_wait_ms / 1000.0)
@@ -94,8 +119,20 @@ class PredictServer:
         return JSONResponse(answer)
 
     async def _explain(self, request: Request) -> Response:
+        from ray.serve.exceptions import BackPressureError
+
         body = await _read_json(request, self.settings.max_body_bytes)
-        return JSONResponse(self.engine.explain(body))
+        try:
+            out = await self.explainer.explain.remote(body)
+        except BackPressureError:
+            raise RequestError(
+                503,
+                f"busy: {self.settings.max_explain_queue} explanations are waiting; try again "
+                "later",
+            ) from None
+        if "error" in out:
+            raise RequestError(out["status"], out["error"])
+        return JSONResponse(out["answer"])
 
     def _entities(self, request: Request) -> Response:
         prefix = request.query_params.get("prefix", "")
@@ -126,6 +163,9 @@ class PredictServer:
             return result
         except RequestError as exc:
             return _error(exc)
+        except Exception as exc:  # noqa: BLE001 - a bug: still one JSON line, not a page
+            line = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            return JSONResponse({"error": f"internal error ({line})"}, status_code=500)
 
     def _health(self) -> dict[str, Any]:
         s = self.settings
@@ -138,9 +178,16 @@ class PredictServer:
 
 
 def build_app(settings: ServeSettings) -> Any:
-    """The Serve application for ``settings`` (replicas, CPUs and queue length applied)."""
+    """The Serve application for ``settings`` (replicas, CPUs and queue lengths applied)."""
+    cpus = {"num_cpus": settings.cpus_per_replica}
+    explainer = Explainer.options(
+        num_replicas=settings.explain_replicas,
+        max_ongoing_requests=1,
+        max_queued_requests=settings.max_explain_queue,
+        ray_actor_options=cpus,
+    ).bind(settings)
     return PredictServer.options(
         num_replicas=settings.replicas,
         max_ongoing_requests=settings.max_ongoing_requests,
-        ray_actor_options={"num_cpus": settings.cpus_per_replica},
-    ).bind(settings)
+        ray_actor_options=cpus,
+    ).bind(settings, explainer)

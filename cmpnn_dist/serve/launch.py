@@ -4,20 +4,34 @@ replicas; every failure before the first request is one :class:`UsageError` line
 The Ray this starts is this process's own (``address="local"``, its processes watched by
 :mod:`cmpnn_dist.distributed.reaper` in case this process is killed); its internal services
 listen on the loopback interface.  The HTTP proxy listens on ``serve.host`` only.
+
+Signals (:mod:`.signals`): ``ray.init`` runs in a helper thread, where Ray installs no
+SIGTERM handler in Python (the one its core worker installs in C++ is replaced at once), so
+the main thread keeps handling SIGINT / SIGTERM while Ray starts; :func:`stop` returns once
+every process of this Ray has exited.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import random
+import signal
 import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 from cmpnn_dist.distributed.local_ray import LOOPBACK, init_local_ray
 from cmpnn_dist.errors import UsageError
 from cmpnn_dist.openmp_env import openmp_env
 from cmpnn_dist.serve.settings import ServeSettings
+from cmpnn_dist.serve.signals import Interrupt, StopSignals
 
 APP_NAME = "cmpnn"
 # Serve's proxy must answer its readiness / health checks within 5 / 10 s or it is replaced;
@@ -96,31 +110,43 @@ def taken_while_starting(host: str, port: int) -> UsageError:
     )
 
 
-def start(settings: ServeSettings, attempts: int = 3) -> str:
+def start(settings: ServeSettings, signals: StopSignals | None = None, attempts: int = 3) -> str:
     """Start Ray, Serve and the application; returns the URL it answers on.
 
     Ray gives its raylet 30 s to register; on a loaded machine that can pass, so a local
-    start is tried up to ``attempts`` times."""
+    start is tried up to ``attempts`` times.  ``signals``: the command's handlers; while Ray
+    starts a signal is only recorded (:meth:`StopSignals.deferred`), and no further attempt
+    follows one.  Whatever interrupts the start, :func:`stop` cleans up."""
     import ray
     from ray import serve
 
+    from cmpnn_dist.distributed.ray_logs import quiet_ray_start
     from cmpnn_dist.serve.app import build_app
 
     if settings.port:
         check_address(settings.host, settings.port)
-    need = settings.replicas * settings.cpus_per_replica
+    need = (settings.replicas + settings.explain_replicas) * settings.cpus_per_replica
     num_cpus = max(os.cpu_count() or 1, int(need + 0.999))
     for key, value in SERVE_ENV.items():  # read by Serve's controller and proxy actors
         os.environ.setdefault(key, value)
     env = {**openmp_env(), "OMP_NUM_THREADS": str(max(1, int(settings.cpus_per_replica)))}
+    quiet_ray_start()
+    logging.getLogger("ray.serve").setLevel(logging.WARNING)  # its "app ready" and such
     for attempt in range(1, attempts + 1):
         try:
-            init_local_ray(
-                LOOPBACK, num_cpus=num_cpus, log_to_driver=False, runtime_env={"env_vars": env}
+            _off_main_thread(
+                signals,
+                init_local_ray,
+                host=LOOPBACK,
+                num_cpus=num_cpus,
+                log_to_driver=False,
+                runtime_env={"env_vars": env},
             )
             break
         except Exception as exc:  # noqa: BLE001 - a start-up timeout, a full /tmp...: one line
             ray.shutdown()
+            if signals is not None and signals.signum is not None:
+                raise Interrupt from None
             if attempt == attempts:
                 raise UsageError(
                     f"could not start a local Ray ({attempts} attempts; "
@@ -139,6 +165,7 @@ def start(settings: ServeSettings, attempts: int = 3) -> str:
             logging_config={"log_level": "WARNING"},
         )
         serve.run(build_app(settings), name=APP_NAME, route_prefix="/")
+        _started["app"] = True  # answering: stop() lets its replicas finish what they hold
     except Exception as exc:  # noqa: BLE001 - e.g. a replica that failed to load the model
         stop()
         lines = [x for x in str(exc).strip().splitlines() if x.strip()]
@@ -150,6 +177,43 @@ def start(settings: ServeSettings, attempts: int = 3) -> str:
     return f"http://{settings.host}:{settings.port}/"
 
 
+def _off_main_thread(signals: StopSignals | None, init: Callable[..., Any], **kwargs: Any) -> None:
+    """``init(**kwargs)`` (``ray.init``) in a helper thread while the main thread waits for it,
+    free to run the signal handlers: ``ray.init`` called there installs no SIGTERM handler in
+    Python, and the one its core worker installs in C++ is replaced within 20 ms.
+
+    The thread lives on until :func:`stop`: Ray starts its GCS and raylet with
+    ``PR_SET_PDEATHSIG``, which kills them when the *thread* that started them ends."""
+    done, release = threading.Event(), threading.Event()
+    out: dict[str, BaseException] = {}
+
+    def run() -> None:
+        try:
+            init(**kwargs)
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            out["error"] = exc
+        done.set()
+        if not out:
+            release.wait()
+
+    thread = threading.Thread(target=run, name="serve-ray-start", daemon=True)
+    with signals.deferred() if signals is not None else nullcontext():
+        thread.start()
+        while not done.wait(0.02):
+            if signals is not None:
+                signals.reclaim()  # from the C++ handler that Ray's core worker installs
+        if signals is not None:
+            signals.reclaim()
+        if out:
+            raise out["error"]
+        _started["release"] = release
+
+
+# what :func:`start` started, for :func:`stop`: the Ray session folder, the watcher, the app,
+# the event that ends the thread that started Ray
+_started: dict[str, Any] = {}
+
+
 def _watch() -> None:
     """Stop this Ray's processes if this process dies without :func:`stop` (SIGKILL)."""
     try:
@@ -157,17 +221,67 @@ def _watch() -> None:
 
         from cmpnn_dist.distributed.reaper import start_reaper
 
-        start_reaper(ray._private.worker._global_node.get_session_dir_path())
+        session = ray._private.worker._global_node.get_session_dir_path()
+        _started["session"] = session
+        _started["reaper"] = start_reaper(session)
     except Exception:  # noqa: BLE001, S110 - a safety net, never fatal
         pass
 
 
-def stop() -> None:
-    """Shut the application, Serve and Ray down."""
-    import ray
-    from ray import serve
-
+def stop(grace_s: float = 10.0) -> None:
+    """Shut the application (its replicas answer the requests they hold), Serve and Ray down;
+    returns once every process of this Ray has exited (any left after ``grace_s`` seconds
+    gets SIGKILL).  Does nothing when no Ray was started."""
+    ray = sys.modules.get("ray")
+    if ray is None:
+        return
+    started = dict(_started)
+    _started.clear()
     try:
-        serve.shutdown()
+        if started.get("app") and ray.is_initialized():
+            from ray import serve
+
+            serve.delete(APP_NAME)  # serve.shutdown() would print the controller's own death
+    except Exception:  # noqa: BLE001, S110 - Ray's shutdown below stops the replicas anyway
+        pass
     finally:
+        session = started.get("session") or _session_dir()
         ray.shutdown()
+        _wait_for_exit(session, started.get("reaper"), grace_s)
+        if "release" in started:
+            started["release"].set()
+
+
+def _session_dir() -> str | None:
+    """The session folder of the Ray this process started (None when there is none)."""
+    try:
+        import ray
+
+        return ray._private.worker._global_node.get_session_dir_path()
+    except Exception:  # noqa: BLE001 - no node: ray.init did not get that far
+        return None
+
+
+def _wait_for_exit(session: str | None, reaper: Any, grace_s: float) -> None:
+    """Wait until no process names ``session`` on its command line but the watcher
+    (``reaper``, which then exits by itself), SIGKILL what is left after ``grace_s``."""
+    from cmpnn_dist.distributed.reaper import session_pids
+
+    if session:
+        mine = {reaper.pid} if reaper is not None else set()
+        deadline = time.monotonic() + grace_s
+        while left := [p for p in session_pids(session) if p not in mine]:
+            if time.monotonic() > deadline:
+                for pid in left:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+                break
+            time.sleep(0.1)
+    if reaper is not None:
+        try:
+            reaper.wait(timeout=5.0)
+        except Exception:  # noqa: BLE001 - it outlived its session: ours to end
+            reaper.kill()
+            reaper.wait()

@@ -23,7 +23,10 @@ class ServeSettings:
     torch threads); ``batching``: concurrent ``/predict`` requests of one replica share one
     forward pass, up to ``max_batch_size`` requests, gathered for at most ``batch_wait_ms``
     after the first; ``max_body_bytes``: larger request bodies are refused (413);
-    ``max_k``: the most answers one request may ask for.
+    ``max_k``: the most answers one request may ask for; ``explain_replicas``: model copies
+    answering ``/explain`` (a deployment of their own, one explanation at a time each);
+    ``max_explain_queue``: explanations that may wait for one of them (per ``/predict``
+    replica), more are refused (503).
     """
 
     ckpt: str = ""
@@ -41,6 +44,8 @@ class ServeSettings:
     max_ongoing_requests: int = 64
     max_body_bytes: int = 16384
     max_k: int = 1000
+    explain_replicas: int = 1
+    max_explain_queue: int = 16
     cwd: str = ""  # the launcher's working directory: relative paths resolve against it
 
 
@@ -55,6 +60,8 @@ LOW = {
     "max_ongoing_requests": 1,
     "max_body_bytes": 64,
     "max_k": 1,
+    "explain_replicas": 1,
+    "max_explain_queue": 1,
 }
 
 
