@@ -67,6 +67,7 @@ def _tmpfs_child(tmp_path) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+@pytest.mark.integration
 def test_full_tmpfs_append_cut_back_and_atomic_write_untouched(tmp_path):
     if shutil.which("unshare") is None:
         pytest.skip("needs unshare (util-linux) for a small tmpfs in a user namespace")

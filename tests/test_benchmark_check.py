@@ -130,6 +130,7 @@ def test_isolated_tie_routings_pass_only_with_max_or_min() -> None:
         output_check.compare([torch.ones(3)], [torch.ones(4)], ["d/x"], 0, torch.float32)
 
 
+@pytest.mark.integration
 @pytest.mark.triton
 def test_benchmark_script_checks_every_impl_on_a_small_graph(tmp_path: Path) -> None:
     """benchmarks/message_passing.py --small end to end on CPU: every implementation runs (the

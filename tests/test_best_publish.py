@@ -18,11 +18,14 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from cmpnn_dist.training.checkpoint import read_manifest, save_checkpoint
 from cmpnn_dist.training.checkpoint_reader import read_checkpoint
 from cmpnn_dist.training.checkpoint_store import CheckpointStore
+
+pytestmark = pytest.mark.integration  # CLI runs, Ray or kill tests
 
 EVENTS = {
     "open", "os.rename", "os.replace", "os.remove", "os.rmdir", "os.link", "os.mkdir",

@@ -48,6 +48,7 @@ def test_hetionet_preset_names_pykeens_split():
     assert "PyKEEN" in text and "1,800,157" in text and "random_state 0" in text
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "preset, needle",
     [("biokg", "ogbl_biokg/split/random/train.pt"), ("hetionet", "hetionet-v1.0-edges.sif.gz")],

@@ -29,6 +29,7 @@ import chaos  # noqa: E402
 from _real_run import history  # noqa: E402
 
 
+@pytest.mark.integration
 def test_victims_are_the_driver_and_its_descendants_only(tmp_path):
     # a real process tree named like a run's: the "driver" starts a "gcs_server" and a
     # "raylet" that starts a "ray::RayTrainWorker"; beside it, a "ray::RayTrainWorker" of

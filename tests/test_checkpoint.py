@@ -169,6 +169,7 @@ def test_store_finds_legacy_ray_and_new_layout(tmp_path):
     assert found.step == 8 and found.path == run / "checkpoints" / "step_00000008"
 
 
+@pytest.mark.integration
 def test_evaluate_reads_the_legacy_checkpoint(tmp_path):
     """``python -m cmpnn_dist.evaluate`` on the legacy run folder rebuilds the model from the
     stored state and gives the metrics that run reported (the same weights, ranks)."""
@@ -188,6 +189,7 @@ def test_evaluate_reads_the_legacy_checkpoint(tmp_path):
             assert out[split][key] == pytest.approx(then[split][key], rel=1e-9), (split, key)
 
 
+@pytest.mark.integration
 def test_evaluate_reads_a_saved_config_naming_torchdrug(tmp_path):
     """A checkpoint whose saved config says ``eval.hits_negatives_rule: torchdrug`` (the name
     NBFNet-PyG's C(49, i) rule had): ``evaluate`` loads it and scores Hits@10_50 under
@@ -244,6 +246,7 @@ def test_store_through_a_file_uri(tmp_path):
     assert torch.equal(load_checkpoint(found.path)["w"], _state(4)["w"])
 
 
+@pytest.mark.integration
 def test_scratch_of_dead_processes_is_removed(tmp_path, monkeypatch):
     monkeypatch.setenv(ENV_SCRATCH, str(tmp_path))
     dead = subprocess.run(
@@ -268,6 +271,7 @@ def test_scratch_of_dead_processes_is_removed(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, other.name, mine.name])
 
 
+@pytest.mark.integration
 def test_scratch_of_a_reused_pid_is_removed(tmp_path, monkeypatch):
     """A folder named for a pid that a later, unrelated process holds now (the pid counter
     wrapped) is the dead owner's: dropped; the same pid's folder written since it began is

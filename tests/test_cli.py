@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration  # CLI runs, Ray or kill tests
+
 REPO = Path(__file__).resolve().parents[1]
 
 

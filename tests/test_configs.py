@@ -84,6 +84,7 @@ def test_unknown_preset_lists_choices():
         compose_config("no_such_preset", [])
 
 
+@pytest.mark.integration
 def test_cli_bad_key_is_one_line_and_nonzero():
     proc = subprocess.run(
         [sys.executable, "-m", "cmpnn_dist.train", "model.bogus=3"],
@@ -192,6 +193,7 @@ def test_group_override_swaps_one_block():
     assert wn.model == base.model
 
 
+@pytest.mark.integration
 def test_unknown_group_option_is_one_error_line_naming_choices():
     proc = subprocess.run(
         [sys.executable, "-m", "cmpnn_dist.train", "conf=fb237_ind_v1", "model=nope"],

@@ -241,6 +241,7 @@ def test_grail_fb237_v1_counts(shared_data, tmp_path):
     assert (tr.entity_names[f[0]], ds.relation_names[f[1]], tr.entity_names[f[2]]) == (h, r, t)
 
 
+@pytest.mark.integration
 def test_convert_cli(tmp_path):
     _grail(tmp_path)
     ok = subprocess.run(

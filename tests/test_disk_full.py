@@ -133,6 +133,7 @@ def leftovers(run_dir: Path) -> list[str]:
     )
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "case,syscall,pattern,occurrence,names",
     [pytest.param(*c, marks=() if c[0] in FAST else pytest.mark.slow) for c in CASES],

@@ -193,6 +193,7 @@ def _step_timer_ddp(store_path: str, results: Any) -> None:
     results.put((grads, timer.summary()))
 
 
+@pytest.mark.integration
 def test_step_timer_with_ddp_matches_plain_gradients(tmp_path: Path) -> None:
     """In a child process: tearing down a gloo group whose DDP reducer holds a Python comm
     hook can deadlock at exit (the group's destructor joins a gloo thread that wants the GIL),
@@ -276,3 +277,40 @@ def test_crash_summary_and_log(tmp_path: Path) -> None:
     cr.write_log(str(run), records[:1], None)
     assert Path(path).read_text().startswith(text)
     assert Path(path).read_text().count("Traceback (most recent call last)") == 4
+
+
+class _WorkerGroupError(RuntimeError):
+    """The shape of Ray Train's error: the failure of each worker that failed, by rank."""
+
+    def __init__(self, failures: dict[int, BaseException]) -> None:
+        super().__init__("Training failed due to worker errors")
+        self.worker_failures = failures
+
+
+def test_a_killed_rank_is_named_not_the_rank_that_lost_it() -> None:
+    """Rank 1 is SIGKILLed (it records nothing); rank 0 then fails in gloo with "connection
+    reset by peer" and records that.  The one line names rank 1 at rank 0's step, and says
+    what rank 0 saw; a real error of another rank still wins over a lost peer."""
+    from cmpnn_dist.distributed import crash_report as cr
+    from cmpnn_dist.training.failure import mark_step
+
+    def record(exc: Exception, rank: int, step: int) -> dict[str, Any]:
+        try:
+            raise exc
+        except Exception as raised:
+            mark_step(raised, step)
+            return {**cr.crash_record(raised, rank), "attempt": 1}
+
+    gloo = RuntimeError("[gloo/transport/tcp/pair.cc:534] Connection reset by peer")
+    lost = record(gloo, 0, 4)
+    died = RuntimeError("The actor died unexpectedly before finishing this task.")
+    error = _WorkerGroupError({0: gloo, 1: died})
+    assert cr.summary([lost], error) == (
+        "rank 1 at step 4: its process died without an error (RuntimeError: The actor died "
+        "unexpectedly before finishing this task.); rank 0 then lost its peer (RuntimeError: "
+        "[gloo/transport/tcp/pair.cc:534] Connection reset by peer)"
+    )
+    real = record(ValueError("a real bug"), 1, 4)
+    assert cr.summary([lost, real], error) == "rank 1 at step 4: ValueError: a real bug"
+    # nobody else to blame: the lost peer is all there is to say
+    assert cr.summary([lost], _WorkerGroupError({0: gloo})) == cr.where(lost)

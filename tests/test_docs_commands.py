@@ -294,6 +294,7 @@ def test_the_docs_have_commands_of_every_kind():
     assert len(documents()) >= 6  # the README and the guides marked runnable
 
 
+@pytest.mark.integration
 @pytest.mark.triton
 def test_every_documented_command(tmp_path, monkeypatch):
     """All commands, in document order, in one scratch folder (see the module docstring).  The

@@ -42,6 +42,7 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.integration
 def test_a_killed_evaluation_leaves_nothing_and_the_next_one_publishes_all(real_run, tmp_path):
     from cmpnn_dist.evaluate import _main
 

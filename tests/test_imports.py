@@ -82,6 +82,7 @@ def test_entry_points_sit_above_every_layer(name):
     assert imp.is_entry_point(name) and imp.layer(name) == len(imp.LAYERS)
 
 
+@pytest.mark.integration
 def test_validate_runs_without_the_model_and_the_cli_still_applies_message_rules():
     """``config.validate`` imports no model code (the schema knows no registry); the message
     registry's own rule (rotate needs an even hidden_dim) still reaches the CLI, registered."""

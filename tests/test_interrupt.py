@@ -17,6 +17,8 @@ from _real_run import interrupt_tiny, train_tiny
 
 from cmpnn_dist.training.checkpoint import load_checkpoint, read_manifest
 
+pytestmark = pytest.mark.integration  # CLI runs, Ray or kill tests
+
 
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_checkpoints_the_current_step_and_resume_is_bit_identical(

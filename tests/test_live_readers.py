@@ -28,10 +28,13 @@ import time
 from pathlib import Path
 from subprocess import PIPE
 
+import pytest
 import torch
 from _real_run import history
 
 from cmpnn_dist.training.checkpoint import load_checkpoint, read_manifest
+
+pytestmark = pytest.mark.integration  # CLI runs, Ray or kill tests
 
 REPO = Path(__file__).resolve().parents[1]
 DELAY_S = "1.0"

@@ -36,6 +36,7 @@ def _tsv_args(root: Path, raw: Path) -> list[str]:
     ]  # fmt: skip
 
 
+@pytest.mark.integration
 def test_a_graph_smaller_than_one_batch(tmp_path):
     """Refused before anything is announced or built: the command prints its one line and
     the storage root is as it was (no dataset, no run folder)."""
@@ -103,6 +104,7 @@ class Evil:
         return (print, ("pwned",))
 
 
+@pytest.mark.integration
 def test_a_refused_checkpoint_is_one_line(real_run, tmp_path):
     """A state.pt that holds a pickled callable (with a manifest that matches it): refused by
     safe loading, reported in one line without torch's explanation text, and without the
@@ -140,6 +142,7 @@ def test_a_resume_with_a_changed_key_is_one_line(real_run, tmp_path, capsys, key
     assert f"{key.split('=')[0]}: " in lines[0] and "in the checkpoint" in lines[0]
 
 
+@pytest.mark.integration
 def test_a_resume_that_changes_the_model_prints_only_its_error(real_run, tmp_path):
     """Through the real command: no run folder line, no resume command, no data line, no
     "resuming from step" before the one error line; the run folder is left as it was."""

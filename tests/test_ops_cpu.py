@@ -233,6 +233,7 @@ def _python(code, env):
                           env={**os.environ, **env}, timeout=600)  # fmt: skip
 
 
+@pytest.mark.integration
 def test_build_cache_fallback_and_failure(tmp_path: Path):
     """A fresh cache builds once and is reused; a compile failure and the off switch each print
     one line and leave auto on the pure-torch path; the key changes with the flags."""
@@ -260,6 +261,7 @@ def test_build_cache_fallback_and_failure(tmp_path: Path):
     assert len(list((tmp_path / "cache" / "cpu_kernel").glob("*/cmpnn_cpu.so"))) == 1
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
 def test_kernel_loads_when_the_first_call_has_no_grad(mode):
     """An evaluation's first forward runs under no_grad / inference_mode: the load's self-test

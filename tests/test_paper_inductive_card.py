@@ -13,6 +13,7 @@ import sys
 import tarfile
 from pathlib import Path
 
+import pytest
 from _real_run import history, interrupt_tiny, train_tiny
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -29,6 +30,7 @@ def _packed_names(parts: list[Path], tmp: Path) -> list[str]:
         return sorted(tar.getnames())
 
 
+@pytest.mark.integration
 def test_a_run_stopped_on_the_card_goes_on_here_bit_identical(tmp_path):
     ref = tmp_path / "ref"
     train_tiny(str(ref))

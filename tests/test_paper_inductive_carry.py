@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 import torch
 from _real_run import history, interrupt_tiny, train_tiny
 
@@ -39,6 +40,7 @@ def _best_weights(run: Path) -> dict[str, torch.Tensor]:
     return load_checkpoint(CheckpointStore(run).find_latest().path)["best"]["state"]
 
 
+@pytest.mark.integration
 def test_a_killed_run_travels_through_the_archive_and_resumes_bit_identical(tmp_path):
     ref = tmp_path / "ref"
     train_tiny(str(ref))
@@ -134,6 +136,7 @@ def test_the_staged_plan_runs_the_cheap_splits_cells_first():
     assert all(stage_of[n] < first_dear for n in cheap)  # seeds and prior cells included
 
 
+@pytest.mark.integration
 def test_a_sweep_with_failed_cells_does_not_hold_up_the_later_ones(tmp_path, monkeypatch):
     """``run`` goes on past a sweep whose cells failed (the product's exit status 1) and ends
     with status 1 naming it; an interrupted sweep (130) ends the piece there.  Each sweep is a

@@ -13,6 +13,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.integration  # CLI runs, Ray or kill tests
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 CHILD = textwrap.dedent(

@@ -206,6 +206,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.integration
 def test_cli_unknown_name_is_one_error_line(run_dir, tmp_path, capsys):
     res = _cli(f"ckpt={run_dir}", "head=A::1x", "relation=t0", cwd=tmp_path)  # a real process
     assert res.returncode == 2, res.stderr
@@ -324,6 +325,7 @@ def test_cli_explain_and_draw(run_dir, predictor, facts, tmp_path, capsys):
     assert matplotlib.image.imread(png).shape[0] > 100
 
 
+@pytest.mark.integration
 def test_loading_a_model_imports_no_training_loop(run_dir, predictor):
     """A fresh process that loads the checkpoint for prediction imports, of the training
     package, only the checkpoint reader (no loop, sampler, trainer, data or loss), and no

@@ -102,6 +102,7 @@ def _assert_same_rows(got: pd.DataFrame, ref: pd.DataFrame, predictor) -> None:
     assert (got["tail_id"][ok] == ref["tail_id"][ok]).all()
 
 
+@pytest.mark.integration
 def test_rows_equal_the_one_query_api(ray_local, run_dir, predictor, tmp_path):
     names = predictor.entities.names
     heads = [n for n in names if n.startswith("A::")][::13][:24]
@@ -158,6 +159,7 @@ def test_head_sets_all_and_type(ray_local, run_dir, predictor, tmp_path):
     _assert_same_rows(got[got["head_id"] == c_ids[0]], ref, predictor)
 
 
+@pytest.mark.integration
 def test_killed_job_resumes_without_duplicates(ray_local, run_dir, tmp_path):
     """SIGKILL the job (its own process and Ray) once some parts exist; the same command
     again keeps those parts untouched, writes the rest, and the rows are exactly those of an
@@ -249,6 +251,7 @@ def test_bad_inputs_are_one_line_and_write_nothing(run_dir, tmp_path):
     assert status == 2 and "not a batch-scoring output" in err.strip().splitlines()[-1]
 
 
+@pytest.mark.integration
 def test_pruned_checkpoint_scores_with_its_own_budget(ray_local, tmp_path_factory, tmp_path):
     """A pruned model (node_ratio 0.05: 50 of 1,000 nodes send per layer) scores through its
     own configuration: the rows equal its one-query API's, and differ from what the same

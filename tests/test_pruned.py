@@ -326,6 +326,7 @@ def cli_error_lines(tmp_path, *overrides: str) -> list[str]:
     return proc.stderr.strip().splitlines()
 
 
+@pytest.mark.integration
 def test_init_0_is_one_error_line_from_the_cli(tmp_path):
     assert cli_error_lines(tmp_path, "model.propagation=pruned", "model.init=0") == [
         "error: model.propagation=pruned needs model.family=cmpnn with model.init 1-3 (got "

@@ -10,6 +10,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+pytestmark = pytest.mark.integration  # CLI runs, Ray or kill tests
+
 N, FACTS, B, D = 2_000_000, 2_000_000, 4, 32
 
 SCRIPT = textwrap.dedent(

@@ -19,6 +19,8 @@ import pytest
 
 from cmpnn_dist.serve.launch import quiet_port
 
+pytestmark = pytest.mark.integration  # CLI runs, Ray or kill tests
+
 REPO = Path(__file__).resolve().parents[1]
 TINY = [
     "data.name=rk60",

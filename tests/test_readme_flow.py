@@ -16,6 +16,8 @@ from _real_run import interrupt_tiny, train_tiny
 
 from cmpnn_dist.cli import run_cli
 
+pytestmark = pytest.mark.integration  # CLI runs, Ray or kill tests
+
 
 def _last_json(out: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])

@@ -345,6 +345,7 @@ def test_two_priors_on_the_unvisited_candidates_are_refused():
         CMPNN(cfg, NUM_REL)
 
 
+@pytest.mark.integration
 def test_a_double_prior_is_one_error_line_from_the_cli(tmp_path):
     overrides = ("model.propagation=pruned", "model.prune.unvisited=relations")
     assert cli_error_lines(tmp_path, *overrides, "model.prior=relations") == [

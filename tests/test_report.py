@@ -97,6 +97,7 @@ def test_report_without_validation_writes_the_training_plot_only(tmp_path, capsy
     assert result["summary"]["best_valid_mrr"] is None and result["summary"]["final_loss"] == 1.1
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case", ["no_csv", "missing_dir", "bad_cell"])
 def test_report_errors_are_one_line_exit_2(tmp_path, case, capsys):
     run = tmp_path / "run"

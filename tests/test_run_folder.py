@@ -317,6 +317,7 @@ def run_module(module: str, *args: str, env: dict | None = None) -> subprocess.C
     )
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "case", ["not_a_directory", "not_writable", "full"], ids=lambda c: c.replace("_", "-")
 )
@@ -354,6 +355,7 @@ TINY = [
 ]
 
 
+@pytest.mark.integration
 def test_cli_first_lines_and_evaluate_on_both_checkpoint_paths(tmp_path):
     proc = run_module("cmpnn_dist.train", f"storage_root={tmp_path}", "run_name=r", *TINY)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -59,6 +59,7 @@ def _sleeper() -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
 
 
+@pytest.mark.integration
 def test_a_locked_run_folder_is_refused_naming_its_owner(tmp_path, capsys):
     """The lock of a live process (a real child holding the product's lock) refuses a second
     run."""
@@ -82,6 +83,7 @@ def test_a_locked_run_folder_is_refused_naming_its_owner(tmp_path, capsys):
     assert (run / "checkpoints" / "best" / "manifest.json").is_file()
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs Linux /proc")
 def test_a_process_is_named_by_its_boot_and_start_not_its_pid_alone():
     """The same pid under another start time (its earlier owner) or another boot is another
@@ -109,6 +111,7 @@ def test_a_process_is_named_by_its_boot_and_start_not_its_pid_alone():
     assert identity(a.pid) is None and not still_running(a.pid, mine, t0)
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs Linux /proc")
 def test_a_lock_whose_pid_another_process_now_has_is_taken_over(tmp_path, capsys):
     """A lock left by a run killed with SIGKILL, whose pid the kernel then gave to another

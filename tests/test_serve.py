@@ -40,6 +40,8 @@ from cmpnn_dist.errors import UsageError
 from cmpnn_dist.predict import Predictor
 from cmpnn_dist.serve.launch import quiet_port
 
+pytestmark = pytest.mark.integration  # a real server under Ray Serve
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT_NAME = "<script>pwned=1</script><img src=x onerror=pwned=2>"
 RENAMED = "A::8"  # this type-A entity of the rule KG (a head of t0 facts) gets SCRIPT_NAME

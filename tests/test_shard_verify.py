@@ -110,6 +110,7 @@ def test_shard_subset_checks_only_its_shards(dataset, monkeypatch):
         open_dataset(dataset, shards=[1])
 
 
+@pytest.mark.integration
 def test_converted_dataset_names_the_convert_command_that_rebuilds_it(tmp_path):
     out = build_dataset(
         "synthetic:rule_kg", tmp_path / "rk", synthetic={"num_entities": 120}, num_shards=2
@@ -143,6 +144,7 @@ def _error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("error:")]
 
 
+@pytest.mark.integration
 def test_flipped_shard_byte_stops_train_and_evaluate_with_one_line(tmp_path, monkeypatch):
     """The real converter builds the default synthetic graph (through ``train``); one byte of
     shard 0 flipped with its mtime restored: ``train`` and ``evaluate`` refuse with one line

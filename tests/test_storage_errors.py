@@ -42,6 +42,7 @@ def _cli_verify(path):
     )
 
 
+@pytest.mark.integration
 def test_verify_cli_ok(dataset):
     out = _cli_verify(dataset)
     assert out.returncode == 0, out.stderr
@@ -79,6 +80,7 @@ def test_missing_file(dataset):
         open_dataset(dataset)
 
 
+@pytest.mark.integration
 def test_altered_shard_detected_by_checksum(dataset):
     shard = dataset / "graphs/train/csr_00000.arrow"
     data = bytearray(shard.read_bytes())
@@ -159,6 +161,7 @@ KILL_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "stage,existing",
     [("before_manifest", False), ("before_publish", False), ("before_publish", True)],

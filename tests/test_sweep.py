@@ -97,6 +97,7 @@ def test_published_peer_values_cover_the_eight_splits_in_order():
     assert peer_values("wn18rr", "test_hits@10_50") == {}
 
 
+@pytest.mark.integration
 def test_sweep_cli_errors_are_one_line(tmp_path):
     base = [sys.executable, "-m", "cmpnn_dist.train", f"storage_root={tmp_path}"]
     proc = subprocess.run([*base, "-m", "model.aggregate=sum,bad"], capture_output=True,

@@ -14,7 +14,10 @@ import signal
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from _real_run import interrupt_tiny, train_tiny
+
+pytestmark = pytest.mark.integration  # CLI runs, Ray or kill tests
 
 TIME_TAGS = {"train/time_s"}  # wall-clock seconds: differ between any two runs
 

@@ -136,6 +136,7 @@ print(seen[0])
 """
 
 
+@pytest.mark.integration
 def test_train_cli_sets_openmp_defaults_before_torch():
     """``python -m cmpnn_dist.train`` puts OMP_WAIT_POLICY in place before torch is imported."""
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
@@ -166,6 +167,7 @@ print(kb)
 """
 
 
+@pytest.mark.integration
 def test_train_cli_backs_large_tensors_with_huge_pages():
     """The train entry point turns on torch's huge-page allocation (fresh 4 KiB pages cost a
     fault each: a third of a PNA forward); a value the user set is kept."""

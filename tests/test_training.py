@@ -141,6 +141,7 @@ def test_resume_after_crash_is_bit_identical(data, reference_run, tmp_path):
     assert [r["kind"] for r in rows].count("test") == 1
 
 
+@pytest.mark.integration
 def test_resume_in_a_new_process_is_bit_identical(reference_run, tmp_path):
     """The interrupted part runs in a separate Python process (like a preempted job)."""
     script = textwrap.dedent(

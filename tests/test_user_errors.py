@@ -76,6 +76,7 @@ def test_bad_values_are_one_line_in_process(tmp_path):
     assert list(tmp_path.iterdir()) == []  # no dataset, no run folder was started
 
 
+@pytest.mark.integration
 @pytest.mark.triton
 @pytest.mark.parametrize("overrides, needle", BAD_VALUES[:3])
 def test_bad_values_through_the_command_line(tmp_path, overrides, needle):
@@ -84,12 +85,14 @@ def test_bad_values_through_the_command_line(tmp_path, overrides, needle):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.integration
 def test_config_error_quotes_only_what_the_user_typed():
     proc = run("cmpnn_dist.train", "model.bogus=3")
     assert_one_error_line(proc, "model.bogus=3")
     assert "data_root" not in proc.stderr
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("module", ["cmpnn_dist.train", "cmpnn_dist.evaluate"])
 def test_help_lists_presets_and_keys(module):
     proc = run(module, "--help")
@@ -99,6 +102,7 @@ def test_help_lists_presets_and_keys(module):
     assert "train.precision='fp32'  (fp32 | bf16)" in proc.stdout
 
 
+@pytest.mark.integration
 def test_storage_and_convert_errors_exit_2(tmp_path):
     proc = run("cmpnn_dist.storage", "verify", str(tmp_path / "missing"))
     assert proc.returncode == 2 and proc.stderr.startswith("error: "), proc.stderr
@@ -136,6 +140,7 @@ def test_an_unknown_key_is_one_line_with_or_without_plus(tmp_path, override, cap
     assert captured.out == "" and _listing(tmp_path) == []
 
 
+@pytest.mark.integration
 def test_an_unknown_key_with_plus_through_the_command_line(tmp_path):
     proc = run("cmpnn_dist.train", f"storage_root={tmp_path}", "+train.lrr=0.01")
     assert_one_error_line(proc, f"+train.lrr=0.01: {UNKNOWN_KEY}")

@@ -132,6 +132,7 @@ def run_wl_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(args, rc, out.getvalue(), err.getvalue())
 
 
+@pytest.mark.integration
 def test_cli_as_a_module() -> None:
     """``python -m cmpnn_dist.wl`` end to end in a subprocess, one human line per test."""
     proc = subprocess.run(

@@ -40,6 +40,7 @@ def test_the_readme_has_the_examples():
     assert all(cmd.startswith("python -m cmpnn_dist.wl ") and out for cmd, out in EXAMPLES)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("command, expected", EXAMPLES, ids=[c.split()[3] for c, _ in EXAMPLES])
 def test_readme_example_prints_what_the_readme_says(command, expected):
     argv = shlex.split(command)

@@ -5,7 +5,10 @@ injected ``crash`` fault) first hands a :func:`crash_record` (rank, step, cause,
 traceback) to the driver's ``Outcome`` actor.  When the run fails for good, the driver
 appends every record, and Ray's own error text, to ``<run>/train.log``
 (:func:`write_log`) and raises one line naming the rank, the step and the cause of the last
-attempt's first failure and the log's path (:func:`summary`).
+attempt's first failure and the log's path (:func:`summary`).  A rank that fails only because
+another one is gone (gloo's "connection reset by peer") is not that failure: the rank that
+died without a word (killed by a signal, lost with its node) is named, at the step its peer
+was in.
 
 Ray Train logs the same traceback itself ("Error in training function", from each worker,
 and again in its controller's failure-policy line); the worker silences the first
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 import traceback
 from typing import Any
@@ -93,10 +97,34 @@ def ray_failures(error: BaseException) -> list[tuple[int, str]]:
     return [(-1, cause_of(inner if isinstance(inner, BaseException) else error))]
 
 
+# what a rank raises when another rank's process is gone (gloo, NCCL, the TCP store): the
+# consequence of a failure elsewhere, never its cause
+LOST_PEER = re.compile(
+    r"connection (reset|closed) by peer|broken pipe|connection refused|"
+    r"NCCL communicator was aborted|socket (closed|timed out)",
+    re.IGNORECASE,
+)
+
+
 def summary(records: list[dict[str, Any]], error: BaseException) -> str:
-    """One line: the last attempt's first recorded failure, else the first worker failure
-    in Ray's error (a worker killed by a signal or lost with its node records nothing)."""
+    """One line: the last attempt's first recorded failure that is not a lost peer; else a
+    rank that Ray reports failed but that recorded nothing (killed by a signal, lost with its
+    node), at the step where the others lost it; else the first recorded failure, else the
+    first worker failure in Ray's error."""
     mine = last_attempt(records)
+    causes = [r for r in mine if not LOST_PEER.search(r["cause"])]
+    if causes:
+        return where(causes[0])
+    recorded = {r["rank"] for r in mine}
+    silent = [(rank, cause) for rank, cause in ray_failures(error) if rank not in recorded]
+    if mine and silent and silent[0][0] >= 0:
+        rank, cause = silent[0]
+        lost = mine[0]
+        at = f" at step {lost['step']}" if lost.get("step") is not None else ""
+        return (
+            f"rank {rank}{at}: its process died without an error ({cause}); rank "
+            f"{lost['rank']} then lost its peer ({lost['cause']})"
+        )
     if mine:
         return where(mine[0])
     rank, cause = ray_failures(error)[0]
