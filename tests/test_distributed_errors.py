@@ -50,3 +50,34 @@ def test_a_crashed_rank_is_one_line_naming_rank_step_cause_and_log(tmp_path):
     assert "faults.py" not in proc.stderr and "Error in training function" not in proc.stderr
     assert proc.stdout.strip() == ""
     assert Path(errors[0].split("traceback in ", 1)[1].split(";", 1)[0]) == log
+
+
+_WORKER_LINE = re.compile(r"^(\x1b\[\d+m)?\(RayTrainWorker pid=\d+\)(\x1b\[0m)? ")
+_OUR_FIRST_LINES = ("building dataset ", "run folder: ", "resume with: ")
+
+
+@pytest.mark.timeout(1200)
+def test_a_killed_rank_is_named_and_the_console_holds_only_our_lines(tmp_path):
+    """``kill@rank1:step3``: rank 1 is SIGKILLed, so rank 0 fails in gloo ("connection reset
+    by peer").  The one line blames rank 1, the rank that failed first; the console holds our
+    first lines, our workers' lines and that line, nothing of Ray's (its controller's
+    tracebacks, the placement-group cleaner, the raylet's "a worker died" go to ray.log)."""
+    root = tmp_path / "store"
+    cmd = [sys.executable, "-m", "cmpnn_dist.train", f"storage_root={root}", *ARGS,
+           "run_name=kill"]  # fmt: skip
+    env = _env(**{faults.ENV_FAULT: "kill@rank1:step3"})
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 2, proc.stderr[-4000:]
+    assert proc.stdout.strip() == "", proc.stdout[-2000:]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    error = lines[-1]
+    assert error.startswith(
+        "error: distributed training of run 'kill' failed on 1 attempt(s) "
+        "(cluster.max_failures=0): rank 1 at step "
+    ), proc.stderr[-4000:]
+    assert "its process died without an error" in error and "rank 0 then lost its peer" in error
+    others = [ln for ln in lines[:-1]
+              if not ln.startswith(_OUR_FIRST_LINES) and not _WORKER_LINE.match(ln)]  # fmt: skip
+    assert others == [], "\n".join(others)[-4000:]
+    assert len(lines) <= 8, proc.stderr[-4000:]  # 3 first lines, a worker's 1-2, the error
+    assert "a worker died" in (root / "runs" / "kill" / "ray.log").read_text().lower()

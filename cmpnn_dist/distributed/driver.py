@@ -57,12 +57,14 @@ from typing import Any
 
 from cmpnn_dist.errors import UsageError
 from cmpnn_dist.openmp_env import openmp_env
+from cmpnn_dist.storage import fs
 from cmpnn_dist.training import run_folder as rf
 from cmpnn_dist.training.checkpoint_store import ENV_SCRATCH, CheckpointStore
 from cmpnn_dist.training.interrupt import TrainingInterrupted
 
 from . import crash_report, faults, remote
 from .local_ray import init_local_ray, is_wildcard, ray_host, torch_config, worker_env
+from .ray_logs import RAY_LOG_FILE, route_worker_logs
 from .stop import WorkersDidNotStop, fit_until_stopped
 from .timing import ENV_TIMING
 from .worker import RESULT_FILE, Outcome, train_worker
@@ -284,8 +286,12 @@ def run_distributed(
     if cl.use_gpu:
         resources["GPU"] = float(cl.gpus_per_worker)
     started, failed, kept_log = False, True, False
+    unroute = lambda: None  # noqa: E731 - replaced once Ray's printer is routed
     try:
         started = _init_ray(cfg)
+        # our workers' lines on the console, Ray's own in the run's ray.log (ray_logs)
+        local_run = fs.local_path(run_uri)
+        unroute = route_worker_logs(str(local_run / RAY_LOG_FILE) if local_run else None)
         # on the driver's node, like Ray Train's controller: it outlives the loss of a worker node
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -362,5 +368,6 @@ def run_distributed(
         if failed and not kept_log:  # a start that left no checkpoint (nor log) leaves no folder
             claim.abandon()
         claim.release()
+        unroute()
         if started:
             ray.shutdown()
