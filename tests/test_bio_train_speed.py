@@ -15,6 +15,7 @@ import bio_train_speed  # noqa: E402
 from cmpnn_dist.convert.coverage_split import split_sizes  # noqa: E402
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("graph", ["hetionet"])
 def test_small_run_writes_consistent_results(tmp_path, graph):
     out = tmp_path / "results"

@@ -128,6 +128,7 @@ def test_rows_equal_the_one_query_api(ray_local, run_dir, predictor, tmp_path):
         assert "queries/s" in err.strip().splitlines()[-1]
 
 
+@pytest.mark.integration
 def test_head_sets_all_and_type(ray_local, run_dir, predictor, tmp_path):
     """``heads=all`` are the entities of t0's head types in the training facts (type A, from
     the stored facts), ``type:C`` every C; ``top_k=all`` every candidate (t0's tails: C)."""
