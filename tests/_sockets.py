@@ -83,22 +83,9 @@ def listening(pids: list[int]) -> list[Listener]:
 
 def descendants(pid: int) -> set[int]:
     """``pid`` and every process below it (by parent pid)."""
-    children: dict[int, list[int]] = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(proc.name))
-    out, todo = set(), [pid]
-    while todo:
-        p = todo.pop()
-        if p not in out:
-            out.add(p)
-            todo.extend(children.get(p, []))
-    return out
+    from cmpnn_dist.distributed.reaper import descendants as below
+
+    return {pid, *below(pid)}
 
 
 def is_loopback(host: str) -> bool:
