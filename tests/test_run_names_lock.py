@@ -119,10 +119,11 @@ def test_a_lock_whose_pid_another_process_now_has_is_taken_over(tmp_path, capsys
     writer, so the next run takes it over instead of refusing it until that process ends.
     The reuse itself cannot be forced, so the killed writer's real lock gets the pid of a
     process started afterwards; the same for a lock of an earlier version (no ``process``)."""
-    run = tmp_path / "runs" / "tiny"
-    run.mkdir(parents=True)
-    argv = [f"storage_root={tmp_path}", "run_name=tiny", *TINY]
-    for earlier_version in (False, True):
+    for earlier_version in (False, True):  # a run folder each (a finished run trains nothing)
+        name = f"tiny{int(earlier_version)}"
+        run = tmp_path / "runs" / name
+        run.mkdir(parents=True)
+        argv = [f"storage_root={tmp_path}", f"run_name={name}", *TINY]
         writer = hold_lock(run, "")
         writer.wait()  # exits without releasing: the lock stays, as after SIGKILL
         lock = json.loads((run / LOCK_FILE).read_text())
