@@ -22,8 +22,8 @@ too.  What is here:
     LayerNorm(d)                  nn.LayerNorm; d gamma, d beta by sum_rows, d x by torch
 
 The forward values of ``LayerNorm`` and of ``linear`` with several outputs are torch's own;
-elsewhere only the order in which sums are taken changes.  Off the CPU all of them are
-torch's own.
+elsewhere only the order in which sums are taken changes.  Off the CPU, and under autocast
+(bfloat16 is not thread-invariant anyway), ``linear`` and ``LayerNorm`` are torch's own.
 ``tests/test_determinism.py`` checks them (and a whole training run) against 1 and 2 threads.
 """
 
@@ -118,7 +118,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     bias gradients are summed over the rows by :func:`contract` and :func:`sum_rows`
     (torch's results depend on the thread count there: a product with one column, a long
     product's contraction, a bias with one output)."""
-    if x.device.type != "cpu":
+    if x.device.type != "cpu" or torch.is_autocast_enabled("cpu"):
         return F.linear(x, weight, bias)
     leaves = (x, weight) if bias is None else (x, weight, bias)
     if not torch.is_grad_enabled() or not any(t.requires_grad for t in leaves):
@@ -161,6 +161,7 @@ class LayerNorm(nn.LayerNorm):
         affine = self.weight is not None and self.bias is not None
         if (
             x.device.type != "cpu"
+            or torch.is_autocast_enabled("cpu")
             or not affine
             or len(self.normalized_shape) != 1
             or not torch.is_grad_enabled()
