@@ -91,7 +91,7 @@ def record(invariant: bool, reason: str, threads: int | str, used: list[int]) ->
         "not_invariant_because": reason or None,
         "threads": threads,
         "threads_used": used,
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),
         "blas": _mkl_version(),
         "cpu": _cpu_model(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
