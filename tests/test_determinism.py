@@ -201,6 +201,36 @@ def test_training_gives_the_same_weights_with_1_2_and_switching_threads(
         assert torch.equal(_weights(switching)[name], want), name
 
 
+class Crash(Exception):
+    pass
+
+
+def _crash_at(step: int):
+    def hook(s: int) -> None:
+        if s == step:
+            raise Crash(f"simulated failure after step {s}")
+
+    return hook
+
+
+def test_a_run_resumed_at_another_thread_count_ends_as_a_straight_run(data, tmp_path):
+    """2 threads up to a crash after step 2, resumed with 1 thread: the 1-thread run's weights
+    (no train.deterministic), and the record lists both counts."""
+    straight = _weights(loop.fit(_cfg(1), data, run_dir=tmp_path / "straight"))
+    first = _cfg(2)
+    first.checkpoint.every_steps = 2
+    with pytest.raises(Crash):
+        loop.fit(first, data, run_dir=tmp_path / "run", on_step=_crash_at(2))
+    then = _cfg(1)
+    then.checkpoint.every_steps = 2
+    res = loop.fit(then, data, run_dir=tmp_path / "run")
+    assert res.resumed_from_step == 2
+    for name, want in straight.items():
+        assert torch.equal(_weights(res)[name], want), name
+    record = json.loads((tmp_path / "run" / "results.json").read_text())["reproducibility"]
+    assert record["threads_used"] == [1, 2] and record["threads"] == 1
+
+
 def test_a_run_that_is_not_invariant_fixes_its_count_and_keeps_it_on_resume(monkeypatch):
     """ops.impl=reference (index accumulation per thread): the count is fixed from the
     allowed cores, whatever the load, and a resume keeps the checkpoint's count."""

@@ -24,9 +24,10 @@ The best weights by valid MRR are kept; at the end they are tested.
 Checkpoints (main rank) every ``checkpoint.every_steps`` steps, at each epoch end and when the
 step budget ends training mid-epoch hold: model, optimizer, scheduler (None), sampler state,
 every RNG state, the resolved config, the history, best weights and metrics, step, epoch.
-If ``ctx.latest_checkpoint()`` names one, training resumes from it exactly: with
-``train.deterministic`` on CPU, an interrupted-and-resumed run ends with bit-identical
-weights and a history with every step exactly once.
+If ``ctx.latest_checkpoint()`` names one, training resumes from it exactly: on CPU, with
+``train.deterministic`` or in a thread-invariant run at any thread count, an
+interrupted-and-resumed run ends with bit-identical weights and a history with every step
+exactly once.
 """
 
 from __future__ import annotations
