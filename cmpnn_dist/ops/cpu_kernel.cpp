@@ -22,7 +22,8 @@
 // element is summed in an order that does not depend on the thread count: a row of the forward
 // or of d x over its edges in CSR order, d w over fixed groups of rows, then the groups in
 // order, so a run gives the same floats with any number of threads.
-// Registered as torch.ops.cmpnn_cpu.{forward,backward}; no Python headers needed.
+// Registered as torch.ops.cmpnn_cpu.{forward,backward,norm_param_grads} (the last: layer norm's
+// parameter gradients, summed in fixed blocks of rows); no Python headers needed.
 
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
@@ -579,6 +580,57 @@ std::tuple<Tensor, Tensor, Tensor> backward(
   return {need_x ? gx : none, need_w ? gw : none, gew.defined() ? gew : none};
 }
 
+// Layer norm's parameter gradients over the rows of dy, x [M, d] (contiguous; mu, rstd [M]):
+//   d gamma[k] = sum_i dy[i, k] (x[i, k] - mu[i]) rstd[i],   d beta[k] = sum_i dy[i, k],
+// each summed over kNormBlocks fixed blocks of consecutive rows (rows in order inside a block),
+// then the blocks in order: the same floats for any thread count, in one pass over dy and x.
+constexpr int64_t kNormBlocks = 64;
+
+std::tuple<Tensor, Tensor> norm_param_grads(const Tensor& dy, const Tensor& x, const Tensor& mu,
+                                            const Tensor& rstd) {
+  TORCH_CHECK(dy.dim() == 2 && dy.sizes() == x.sizes() && dy.is_contiguous() && x.is_contiguous());
+  TORCH_CHECK(mu.numel() == x.size(0) && rstd.numel() == x.size(0));
+  const int64_t m = x.size(0), d = x.size(1);
+  Tensor gg = at::empty({d}, x.options()), gb = at::empty({d}, x.options());
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "cmpnn_norm_grads", [&] {
+    const scalar_t* dyp = dy.const_data_ptr<scalar_t>();
+    const scalar_t* xp = x.const_data_ptr<scalar_t>();
+    const Tensor mut = mu.contiguous().to(x.scalar_type()), rst = rstd.contiguous().to(x.scalar_type());
+    const scalar_t* mup = mut.const_data_ptr<scalar_t>();
+    const scalar_t* rp = rst.const_data_ptr<scalar_t>();
+    const int64_t blocks = std::max<int64_t>(1, std::min(m, kNormBlocks));
+    std::vector<scalar_t> part(2 * blocks * d);
+    at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        scalar_t* pg = part.data() + 2 * b * d;
+        scalar_t* pb = pg + d;
+        std::fill(pg, pg + 2 * d, scalar_t(0));
+        for (int64_t i = m * b / blocks; i < m * (b + 1) / blocks; ++i) {
+          const scalar_t* g = dyp + i * d;
+          const scalar_t* xi = xp + i * d;
+          const scalar_t mi = mup[i], ri = rp[i];
+          for (int64_t k = 0; k < d; ++k) {
+            pg[k] += g[k] * ((xi[k] - mi) * ri);
+            pb[k] += g[k];
+          }
+        }
+      }
+    });
+    scalar_t* ggp = gg.data_ptr<scalar_t>();
+    scalar_t* gbp = gb.data_ptr<scalar_t>();
+    for (int64_t k = 0; k < d; ++k) {
+      scalar_t sg = 0, sb = 0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        sg += part[2 * b * d + k];
+        sb += part[2 * b * d + d + k];
+      }
+      ggp[k] = sg;
+      gbp[k] = sb;
+    }
+  });
+  return {gg, gb};
+}
+
 }  // namespace
 
 TORCH_LIBRARY(cmpnn_cpu, m) {
@@ -593,9 +645,11 @@ TORCH_LIBRARY(cmpnn_cpu, m) {
       "Tensor t_dst, Tensor t_rel, Tensor t_pos, Tensor? g_sum, Tensor? g_sq, Tensor? g_max, Tensor? g_min, "
       "Tensor amax, Tensor amin, bool need_x, bool need_w, bool need_ew) -> "
       "(Tensor, Tensor, Tensor)");
+  m.def("norm_param_grads(Tensor dy, Tensor x, Tensor mu, Tensor rstd) -> (Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(cmpnn_cpu, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
+  m.impl("norm_param_grads", &norm_param_grads);
 }

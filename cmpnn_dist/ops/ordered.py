@@ -17,9 +17,10 @@ too.  What is here:
     sum_rows(x [M, c]) -> [c]     rows summed in 64 fixed blocks, then the blocks in order
     mean(x) -> []                 sum_rows(x.reshape(-1, 1)) / numel
     contract(a, b) -> a @ b       a long contraction in 64 fixed blocks (one bmm), then in order
-    linear(x, w, b)               F.linear (one output: a sum over the last dim); weight and
+    linear(x, w, b)               F.linear (one output: with a zero second column); weight and
                                   bias gradients by contract, sum_rows
-    LayerNorm(d)                  nn.LayerNorm; d gamma, d beta by sum_rows, d x by torch
+    LayerNorm(d)                  nn.LayerNorm; d gamma, d beta in 64 fixed blocks of rows (the
+                                  compiled kernel's one pass), d x by torch
 
 The forward values of ``LayerNorm`` and of ``linear`` with several outputs are torch's own;
 elsewhere only the order in which sums are taken changes.  Off the CPU, and under autocast
@@ -83,10 +84,11 @@ def contract(a: Tensor, b: Tensor) -> Tensor:
 
 def _linear_forward(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
     """``F.linear``, except for one output: a product with one column goes to BLAS's
-    matrix-vector path, which splits it by thread count; a sum over the last dim does not."""
+    matrix-vector path, which splits it by thread count; with a second, zero column it is a
+    matrix product, which does not (faster than a sum over the last dim)."""
     if w.shape[0] != 1:
         return F.linear(x, w, b)
-    y = (x * w[0]).sum(-1, keepdim=True)
+    y = F.linear(x, torch.cat([w, w.new_zeros(w.shape)]))[..., :1]
     return y if b is None else y + b
 
 
@@ -114,7 +116,7 @@ class _Linear(torch.autograd.Function):
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``F.linear(x [..., i], weight [o, i], bias [o] or None)``; on the CPU one output
-    (``o == 1``) is a sum over the last dim, and, when a gradient can flow, the weight and
+    (``o == 1``) is taken with a zero second column, and, when a gradient can flow, the weight and
     bias gradients are summed over the rows by :func:`contract` and :func:`sum_rows`
     (torch's results depend on the thread count there: a product with one column, a long
     product's contraction, a bias with one output)."""
@@ -128,7 +130,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
 class _LayerNorm(torch.autograd.Function):
     """Layer norm over the last dim (torch's forward and d x); d gamma = sum over rows of
-    dy * x_hat, d beta = sum over rows of dy, by :func:`sum_rows`."""
+    dy * x_hat, d beta = sum over rows of dy, in 64 fixed blocks of rows."""
 
     @staticmethod
     def forward(ctx: FunctionCtx, x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
@@ -148,14 +150,34 @@ class _LayerNorm(torch.autograd.Function):
             dx = torch.ops.aten.native_layer_norm_backward(
                 dy, x, [d], mu, rstd, weight, bias, [True, False, False]
             )[0]
-        dw = sum_rows((dy * ((x - mu) * rstd)).reshape(-1, d)) if need_w else None
-        db = sum_rows(dy.reshape(-1, d)) if need_b else None
-        return dx, dw, db, None
+        dw = db = None
+        if need_w or need_b:
+            dw, db = _norm_param_grads(dy.reshape(-1, d), x.reshape(-1, d), mu, rstd)
+        return dx, dw if need_w else None, db if need_b else None, None
+
+
+def _norm_param_grads(dy: Tensor, x: Tensor, mu: Tensor, rstd: Tensor) -> tuple[Tensor, Tensor]:
+    """(sum_i dy_i (x_i - mu_i) rstd_i, sum_i dy_i) over the rows of dy, x [M, d]: the compiled
+    kernel's one pass over 64 fixed blocks of rows, or the same sums by :func:`sum_rows`."""
+    if _compiled():
+        return torch.ops.cmpnn_cpu.norm_param_grads(dy.contiguous(), x.contiguous(), mu, rstd)
+    return sum_rows(dy * ((x - mu.reshape(-1, 1)) * rstd.reshape(-1, 1))), sum_rows(dy)
+
+
+def _compiled() -> bool:
+    """Whether the compiled CPU kernel loads (built on first use; a failure is remembered)."""
+    from cmpnn_dist.ops.cpu_build import KernelUnavailable
+
+    try:
+        import cmpnn_dist.ops.cpu  # noqa: F401  (builds or loads the library)
+    except KernelUnavailable:
+        return False
+    return True
 
 
 class LayerNorm(nn.LayerNorm):
     """``nn.LayerNorm(dim)`` (same parameters and forward) whose CPU backward sums d gamma and
-    d beta with :func:`sum_rows`, not in torch's per-thread buffers."""
+    d beta in fixed blocks of rows, not in torch's per-thread buffers."""
 
     def forward(self, x: Tensor) -> Tensor:
         affine = self.weight is not None and self.bias is not None
