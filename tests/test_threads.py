@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from cmpnn_dist.openmp_env import OPENMP_DEFAULTS, openmp_env, set_openmp_defaults
+from cmpnn_dist.ops import available_impls
 from cmpnn_dist.training import threads as th
 
 
@@ -92,15 +93,18 @@ def test_governor_auto_follows_the_measured_load(monkeypatch):
 
 
 def test_governor_for_reads_the_config():
-    cfg = SimpleNamespace(
-        train=SimpleNamespace(deterministic=False, num_threads=None, batch_size=64),
-        cluster=SimpleNamespace(num_workers=2, use_gpu=False, cpus_per_worker=1.0),
-        model=SimpleNamespace(hidden_dim=32),
-    )
+    from cmpnn_dist.config import Config
+
+    cfg = Config()
+    cfg.train.batch_size = 64
+    cfg.model.hidden_dim = 32
+    cfg.cluster.num_workers, cfg.cluster.cpus_per_worker = 2, 1.0
     data = SimpleNamespace(num_nodes=1594)
     gov = th.governor_for(cfg, data, world_size=2)
     assert gov.allowed == 1 and gov.threads == 1  # capped by the Ray reservation
     assert gov.work_elements == 1594 * 32 * 32
+    # the compiled kernel's run is thread-invariant: the count may follow the load
+    assert gov.invariant == ("cpu" in available_impls()) and gov.follows_load == gov.invariant
     cfg.train.deterministic = True
     cfg.cluster.num_workers = 0
     assert th.governor_for(cfg, data).fixed == 1

@@ -13,6 +13,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import FunctionCtx, once_differentiable
 
+from cmpnn_dist.ops import ordered
+
 
 class Decoder(nn.Module):
     def __init__(self, dim: int, hidden_dim: int):
@@ -44,8 +46,8 @@ class Decoder(nn.Module):
 
     def _logits(self, h: Tensor, query_part: Tensor) -> Tensor:
         """W_b ReLU(W_a^h h + query_part) + c_b, with query_part broadcast against h's rows."""
-        hidden = F.linear(h, self.hidden.weight[:, : self.dim]) + query_part
-        return self.out(F.relu(hidden)).squeeze(-1)
+        hidden = ordered.linear(h, self.hidden.weight[:, : self.dim]) + query_part
+        return ordered.linear(F.relu(hidden), self.out.weight, self.out.bias).squeeze(-1)
 
 
 class _SparseRowLogits(torch.autograd.Function):
@@ -70,7 +72,7 @@ class _SparseRowLogits(torch.autograd.Function):
     ) -> Tensor:
         hidden = _add_query_part(F.linear(h, w_h), qp, query)
         ctx.save_for_backward(h, qp, query, w_h, w_b)
-        return F.linear(hidden.relu_(), w_b, c_b).squeeze(-1)  # hidden: not kept
+        return ordered.linear(hidden.relu_(), w_b, c_b).squeeze(-1)  # hidden: not kept
 
     @staticmethod
     @once_differentiable
@@ -85,9 +87,9 @@ class _SparseRowLogits(torch.autograd.Function):
         g_hidden = (g * w_b.to(dtype)) * (hidden > 0)  # [K, H]
         g_h = h.new_zeros(h.shape).index_copy_(0, nz, (g_hidden @ w_h.to(dtype)).to(h.dtype))
         g_qp = qp.new_zeros(qp.shape).index_add_(0, q_nz, g_hidden.to(qp.dtype))
-        g_w_h = (g_hidden.t() @ h_nz).to(w_h.dtype)
-        g_w_b = (g.t() @ act).to(w_b.dtype)
-        g_c_b = g.sum(0).to(w_b.dtype)
+        g_w_h = ordered.contract(g_hidden.t(), h_nz).to(w_h.dtype)
+        g_w_b = ordered.contract(g.t(), act).to(w_b.dtype)
+        g_c_b = ordered.sum_rows(g).to(w_b.dtype)
         needs = ctx.needs_input_grad
         return (
             g_h if needs[0] else None,

@@ -27,7 +27,7 @@ from cmpnn_dist.config import ModelConfig, OpsConfig
 from cmpnn_dist.graph import Graph
 from cmpnn_dist.model import aggregations, messages
 from cmpnn_dist.model.readout import Readout
-from cmpnn_dist.ops import propagate
+from cmpnn_dist.ops import ordered, propagate
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class CMPNNLayer(nn.Module):
         self.aggregate = aggregations.build(cfg.aggregate)
         self.linear = nn.Linear(dim + self.aggregate.out_dim(dim), dim)
         self.readout = Readout(cfg.readout, dim)
-        self.norm = nn.LayerNorm(dim) if cfg.layer_norm else nn.Identity()
+        self.norm = ordered.LayerNorm(dim) if cfg.layer_norm else nn.Identity()
 
     def forward(
         self,
@@ -111,7 +111,8 @@ class CMPNNLayer(nn.Module):
             chunk_elements=self.ops.chunk_elements,
         )
         if packing is not None and packing.degree is not None:
-            raw["log_degree_mean"] = torch.log(packing.degree.to(raw["degree"].dtype) + 1).mean()
+            log_degree = torch.log(packing.degree.to(raw["degree"].dtype) + 1)
+            raw["log_degree_mean"] = ordered.mean(log_degree)
         pre = self.aggregate.combine(self.linear, h_hist, raw)
         if packing is None:
             glob = self.readout(h, node_sets)

@@ -13,7 +13,8 @@ Backward: for each *source* row of a transposed copy of the graph (source-sorted
 destinations, relations and in-edge positions, int32: :func:`transposed`), gather
 ``g_sum[dst_e]`` (and ``g_sumsq``, ``g_max`` / ``g_min`` where the recorded position is
 ``e``'s), reduce ``d x[s] = sum_e ew_e gm_e * w[rel_e]`` in registers and
-write it once; ``d w`` is reduced per thread, ``d ew_e = <gm_e, u_e>`` written per edge.
+write it once; ``d w`` is reduced over fixed groups of source rows (their number depends
+on the graph and shapes, not on the thread count), ``d ew_e = <gm_e, u_e>`` written per edge.
 
 Gradients of max / min go to the first edge attaining the extreme (smallest edge id), as
 ``fused`` does.  bfloat16 / float16 inputs are read as such and computed in float32; outputs

@@ -11,14 +11,19 @@
 // Backward, for each source s and each kept out-edge e = (s -> v, rel r):
 //   gm = g_sum[v] + 2 m_e g_sumsq[v] + [argmax[v] == pos_e] g_max[v] + [argmin[v] == pos_e] g_min[v]
 //   d ew[e] = <gm, u_e> (u_e = x[s] * w[r]),  gu = ew[e] gm,
-//   d x[s] += gu * w[r] (reduced in registers, written once),  d w[r] += gu * x[s] (per thread).
+//   d x[s] += gu * w[r] (reduced in registers, written once),  d w[r] += gu * x[s] (per group
+//   of source rows: grad_w_groups).
 // Without edge weights (the common case) the sum / sumsq part runs as one fused pass and the
 // max / min part through per-edge lists of the elements each edge attains and their gradients
 // (build_wins), so an edge reads two gradient rows, not six rows of gradients and positions.
 //
 // Compute is in opmath (float32 for bfloat16 / float16 / float32, float64 for float64).
-// Parallel over balanced row ranges with at::parallel_for (torch's OpenMP pool).
-// Registered as torch.ops.cmpnn_cpu.{forward,backward}; no Python headers needed.
+// Parallel over balanced row ranges with at::parallel_for (torch's OpenMP pool).  Every output
+// element is summed in an order that does not depend on the thread count: a row of the forward
+// or of d x over its edges in CSR order, d w over fixed groups of rows, then the groups in
+// order, so a run gives the same floats with any number of threads.
+// Registered as torch.ops.cmpnn_cpu.{forward,backward,norm_param_grads} (the last: layer norm's
+// parameter gradients, summed in fixed blocks of rows); no Python headers needed.
 
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
@@ -32,6 +37,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <tuple>
 #include <utility>
@@ -61,8 +67,25 @@ inline void prefetch_row(const void* p, int64_t bytes) {
   for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(static_cast<const char*>(p) + o);
 }
 
+// Row ranges of an op without a reduction across rows (each output row is one range's).
 int64_t num_parts(int64_t n) {
   return std::max<int64_t>(1, std::min<int64_t>(n, 8 * at::get_num_threads()));
+}
+
+// Groups of source rows the backward reduces d w over (a private table of `wsize` elements
+// each, added up in group order).  Their number depends on the graph and the shapes only,
+// never on the thread count: at most kMaxGroups (the backward's parallelism), fewer when a
+// table is large next to the edge work `work` (each table costs a fill and an add of wsize
+// elements: fb237_v1 with per-query relations, 360 relations and 8,490 edges, gets 2), a
+// power of two (an even split over 2, 4, 8 or 16 threads).
+constexpr int64_t kMaxGroups = 16;
+constexpr int64_t kWorkPerTableElement = 8;
+
+int64_t grad_w_groups(int64_t n, int64_t work, int64_t wsize) {
+  const int64_t fit = work / std::max<int64_t>(1, kWorkPerTableElement * wsize);
+  int64_t g = 1;
+  while (2 * g <= std::min(kMaxGroups, std::min(n, fit))) g *= 2;
+  return g;
 }
 
 template <typename scalar_t, typename arg_t>
@@ -376,17 +399,15 @@ void backward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Ten
   if (sparse)
     std::tie(wpp, wnp) = build_wins<scalar_t, arg_t, acc_t>(
         indptr.const_data_ptr<int64_t>(), n, d, bd, gmx, amx, gmn, amn, held, keep);
-  const auto cut = balanced(ip, n, num_parts(n));
-  const int64_t parts = static_cast<int64_t>(cut.size()) - 1;
   const int64_t wsize = r2 * wb * d;
-  // d w: one private table per parallel_for call (one call per thread), kept with the call's
-  // first part and added up in part order afterwards (deterministic for a thread count)
-  std::vector<std::pair<int64_t, std::vector<acc_t>>> gw_tables;
-  std::mutex gw_lock;
+  // d w: one private table per group of rows (grad_w_groups: not the thread count), added up
+  // in group order afterwards; without d w, ranges as the forward's
+  const auto cut = balanced(ip, n, gw.defined() ? grad_w_groups(n, ip[n] * bd, wsize)
+                                                : num_parts(n));
+  const int64_t parts = static_cast<int64_t>(cut.size()) - 1;
+  std::unique_ptr<acc_t[]> gw_tables(gw.defined() ? new acc_t[parts * wsize] : nullptr);
 
   at::parallel_for(0, parts, 1, [&](int64_t p0, int64_t p1) {
-    std::vector<acc_t> gw_own(gw.defined() ? wsize : 0, acc_t(0));
-    acc_t* gwt = gw.defined() ? gw_own.data() : nullptr;
     std::vector<acc_t> buf(5 * bd);
     acc_t* xf = buf.data();
     acc_t* wf = xf + bd;  // w[r] broadcast to [B, d]
@@ -396,121 +417,123 @@ void backward_impl(const Tensor& x, const Tensor& w, const Tensor& ew, const Ten
     std::vector<acc_t> gw_null(gw.defined() ? 0 : bd);  // w's gradient unused: a sink row
     const auto fast = pick_edge_grad<scalar_t, acc_t>(gs != nullptr, gq != nullptr);
     const int64_t j_end = ip[cut[p1]];
-    for (int64_t s = cut[p0]; s < cut[p1]; ++s) {
-      if (ip[s] == ip[s + 1]) {
-        if (gxp) std::fill(gxp + s * bd, gxp + (s + 1) * bd, scalar_t(0));
-        continue;
-      }
-      for (int64_t i = 0; i < bd; ++i) xf[i] = acc_t(xp[s * bd + i]);
-      std::fill(gxa, gxa + bd, acc_t(0));
-      for (int64_t j = ip[s]; j < ip[s + 1]; ++j) {
-        if (j + kAhead < j_end) {
-          const int64_t ahead = int64_t(dstp[j + kAhead]) * bd;
-          if (gs) prefetch_row(gs + ahead, bd * sizeof(scalar_t));
-          if (gq) prefetch_row(gq + ahead, bd * sizeof(scalar_t));
-          if (sparse) {  // the win list's offsets two steps ahead, its entries one step
-            if (j + 2 * kAhead < j_end) __builtin_prefetch(wpp + eid[j + 2 * kAhead]);
-            __builtin_prefetch(wnp + wpp[eid[j + kAhead]]);
-          } else {
-            if (gmx) prefetch_row(gmx + ahead, bd * sizeof(scalar_t));
-            if (gmn) prefetch_row(gmn + ahead, bd * sizeof(scalar_t));
-            if (amx) prefetch_row(amx + ahead, bd * sizeof(arg_t));
-            if (amn) prefetch_row(amn + ahead, bd * sizeof(arg_t));
-          }
-        }
-        const int64_t e = eid[j];
-        if (mp != nullptr && !mp[e]) continue;
-        const int64_t v = dstp[j], r = relp[j], o = v * bd;
-        const scalar_t* wr = wp + r * wb * d;
-        const acc_t* we = ewp ? ewp + e * ewb : nullptr;
-        if (fused) {  // the common case: one fused pass, then the max / min wins
-          acc_t* gwa = gwt ? gwt + r * wb * d : gw_null.data();
-          fast(nb, d, wb == 1, xf, wr, gs ? gs + o : nullptr, gq ? gq + o : nullptr, gxa, gwa);
-          for (int64_t q = wpp ? wpp[e] : 0, q_end = wpp ? wpp[e + 1] : 0; q < q_end; ++q) {
-            const int64_t i = wnp[q].i, k = wb == 1 ? wnp[q].k : i;
-            const acc_t g = wnp[q].g;
-            gxa[i] += g * acc_t(wr[k]);
-            gwa[k] += g * xf[i];
-          }
+    for (int64_t p = p0; p < p1; ++p) {
+      acc_t* gwt = gw_tables ? gw_tables.get() + p * wsize : nullptr;
+      if (gwt) std::fill(gwt, gwt + wsize, acc_t(0));
+      for (int64_t s = cut[p]; s < cut[p + 1]; ++s) {
+        if (ip[s] == ip[s + 1]) {
+          if (gxp) std::fill(gxp + s * bd, gxp + (s + 1) * bd, scalar_t(0));
           continue;
         }
-        if (wb == 1) {
-          for (int64_t b = 0; b < nb; ++b)
-            for (int64_t k = 0; k < d; ++k) wf[b * d + k] = acc_t(wr[k]);
-        } else {
-          for (int64_t i = 0; i < bd; ++i) wf[i] = acc_t(wr[i]);
-        }
-        if (need_u)
-          for (int64_t i = 0; i < bd; ++i) u[i] = xf[i] * wf[i];
-        if (gs)
-          for (int64_t i = 0; i < bd; ++i) gm[i] = acc_t(gs[o + i]);
-        else
-          std::fill(gm, gm + bd, acc_t(0));
-        if (gq) {  // 2 m g_sumsq, m = ew u
-          for (int64_t b = 0; b < nb; ++b) {
-            const acc_t c = 2 * (we ? we[ewb == 1 ? 0 : b] : acc_t(1));
-            for (int64_t k = 0; k < d; ++k) {
-              const int64_t i = b * d + k;
-              gm[i] += c * u[i] * acc_t(gq[o + i]);
+        for (int64_t i = 0; i < bd; ++i) xf[i] = acc_t(xp[s * bd + i]);
+        std::fill(gxa, gxa + bd, acc_t(0));
+        for (int64_t j = ip[s]; j < ip[s + 1]; ++j) {
+          if (j + kAhead < j_end) {
+            const int64_t ahead = int64_t(dstp[j + kAhead]) * bd;
+            if (gs) prefetch_row(gs + ahead, bd * sizeof(scalar_t));
+            if (gq) prefetch_row(gq + ahead, bd * sizeof(scalar_t));
+            if (sparse) {  // the win list's offsets two steps ahead, its entries one step
+              if (j + 2 * kAhead < j_end) __builtin_prefetch(wpp + eid[j + 2 * kAhead]);
+              __builtin_prefetch(wnp + wpp[eid[j + kAhead]]);
+            } else {
+              if (gmx) prefetch_row(gmx + ahead, bd * sizeof(scalar_t));
+              if (gmn) prefetch_row(gmn + ahead, bd * sizeof(scalar_t));
+              if (amx) prefetch_row(amx + ahead, bd * sizeof(arg_t));
+              if (amn) prefetch_row(amn + ahead, bd * sizeof(arg_t));
             }
           }
-        }
-        const arg_t pos_e = static_cast<arg_t>(posp[j]);
-        // the gradient row is loaded whole and blended (a conditional load measured ~10 % slower)
-        if (gmx)
-          for (int64_t i = 0; i < bd; ++i) {
-            const acc_t g = acc_t(gmx[o + i]);
-            gm[i] += amx[o + i] == pos_e ? g : acc_t(0);
+          const int64_t e = eid[j];
+          if (mp != nullptr && !mp[e]) continue;
+          const int64_t v = dstp[j], r = relp[j], o = v * bd;
+          const scalar_t* wr = wp + r * wb * d;
+          const acc_t* we = ewp ? ewp + e * ewb : nullptr;
+          if (fused) {  // the common case: one fused pass, then the max / min wins
+            acc_t* gwa = gwt ? gwt + r * wb * d : gw_null.data();
+            fast(nb, d, wb == 1, xf, wr, gs ? gs + o : nullptr, gq ? gq + o : nullptr, gxa, gwa);
+            for (int64_t q = wpp ? wpp[e] : 0, q_end = wpp ? wpp[e + 1] : 0; q < q_end; ++q) {
+              const int64_t i = wnp[q].i, k = wb == 1 ? wnp[q].k : i;
+              const acc_t g = wnp[q].g;
+              gxa[i] += g * acc_t(wr[k]);
+              gwa[k] += g * xf[i];
+            }
+            continue;
           }
-        if (gmn)
-          for (int64_t i = 0; i < bd; ++i) {
-            const acc_t g = acc_t(gmn[o + i]);
-            gm[i] += amn[o + i] == pos_e ? g : acc_t(0);
+          if (wb == 1) {
+            for (int64_t b = 0; b < nb; ++b)
+              for (int64_t k = 0; k < d; ++k) wf[b * d + k] = acc_t(wr[k]);
+          } else {
+            for (int64_t i = 0; i < bd; ++i) wf[i] = acc_t(wr[i]);
           }
-        if (we) {
-          if (gewp) {
+          if (need_u)
+            for (int64_t i = 0; i < bd; ++i) u[i] = xf[i] * wf[i];
+          if (gs)
+            for (int64_t i = 0; i < bd; ++i) gm[i] = acc_t(gs[o + i]);
+          else
+            std::fill(gm, gm + bd, acc_t(0));
+          if (gq) {  // 2 m g_sumsq, m = ew u
             for (int64_t b = 0; b < nb; ++b) {
-              acc_t dot = 0;
-              for (int64_t k = 0; k < d; ++k) dot += gm[b * d + k] * u[b * d + k];
-              if (ewb == 1)
-                gewp[e] += dot;
-              else
-                gewp[e * ewb + b] = dot;
+              const acc_t c = 2 * (we ? we[ewb == 1 ? 0 : b] : acc_t(1));
+              for (int64_t k = 0; k < d; ++k) {
+                const int64_t i = b * d + k;
+                gm[i] += c * u[i] * acc_t(gq[o + i]);
+              }
             }
           }
-          for (int64_t b = 0; b < nb; ++b) {
-            const acc_t c = we[ewb == 1 ? 0 : b];
-            for (int64_t k = 0; k < d; ++k) gm[b * d + k] *= c;
+          const arg_t pos_e = static_cast<arg_t>(posp[j]);
+          // the gradient row is loaded whole and blended (a conditional load measured ~10 % slower)
+          if (gmx)
+            for (int64_t i = 0; i < bd; ++i) {
+              const acc_t g = acc_t(gmx[o + i]);
+              gm[i] += amx[o + i] == pos_e ? g : acc_t(0);
+            }
+          if (gmn)
+            for (int64_t i = 0; i < bd; ++i) {
+              const acc_t g = acc_t(gmn[o + i]);
+              gm[i] += amn[o + i] == pos_e ? g : acc_t(0);
+            }
+          if (we) {
+            if (gewp) {
+              for (int64_t b = 0; b < nb; ++b) {
+                acc_t dot = 0;
+                for (int64_t k = 0; k < d; ++k) dot += gm[b * d + k] * u[b * d + k];
+                if (ewb == 1)
+                  gewp[e] += dot;
+                else
+                  gewp[e * ewb + b] = dot;
+              }
+            }
+            for (int64_t b = 0; b < nb; ++b) {
+              const acc_t c = we[ewb == 1 ? 0 : b];
+              for (int64_t k = 0; k < d; ++k) gm[b * d + k] *= c;
+            }
+          }
+          if (gxp)
+            for (int64_t i = 0; i < bd; ++i) gxa[i] += gm[i] * wf[i];
+          if (gwt) {
+            acc_t* g = gwt + r * wb * d;
+            if (wb == 1) {
+              for (int64_t b = 0; b < nb; ++b)
+                for (int64_t k = 0; k < d; ++k) g[k] += gm[b * d + k] * xf[b * d + k];
+            } else {
+              for (int64_t i = 0; i < bd; ++i) g[i] += gm[i] * xf[i];
+            }
           }
         }
         if (gxp)
-          for (int64_t i = 0; i < bd; ++i) gxa[i] += gm[i] * wf[i];
-        if (gwt) {
-          acc_t* g = gwt + r * wb * d;
-          if (wb == 1) {
-            for (int64_t b = 0; b < nb; ++b)
-              for (int64_t k = 0; k < d; ++k) g[k] += gm[b * d + k] * xf[b * d + k];
-          } else {
-            for (int64_t i = 0; i < bd; ++i) g[i] += gm[i] * xf[i];
-          }
-        }
+          for (int64_t i = 0; i < bd; ++i) gxp[s * bd + i] = scalar_t(gxa[i]);
       }
-      if (gxp)
-        for (int64_t i = 0; i < bd; ++i) gxp[s * bd + i] = scalar_t(gxa[i]);
-    }
-    if (gwt) {
-      std::lock_guard<std::mutex> guard(gw_lock);
-      gw_tables.emplace_back(p0, std::move(gw_own));
     }
   });
-  if (gw.defined()) {
-    std::sort(gw_tables.begin(), gw_tables.end(),
-              [](const auto& a, const auto& b) { return a.first < b.first; });
-    std::vector<acc_t> total(wsize, acc_t(0));
-    for (const auto& table : gw_tables)
-      for (int64_t i = 0; i < wsize; ++i) total[i] += table.second[i];
+  if (gw.defined()) {  // element by element, the groups' tables in group order
     scalar_t* gwp = gw.data_ptr<scalar_t>();
-    for (int64_t i = 0; i < wsize; ++i) gwp[i] = scalar_t(total[i]);
+    const acc_t* tables = gw_tables.get();
+    at::parallel_for(0, wsize, 1 << 14, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        acc_t total = tables[i];
+        for (int64_t p = 1; p < parts; ++p) total += tables[p * wsize + i];
+        gwp[i] = scalar_t(total);
+      }
+    });
   }
 }
 
@@ -557,6 +580,57 @@ std::tuple<Tensor, Tensor, Tensor> backward(
   return {need_x ? gx : none, need_w ? gw : none, gew.defined() ? gew : none};
 }
 
+// Layer norm's parameter gradients over the rows of dy, x [M, d] (contiguous; mu, rstd [M]):
+//   d gamma[k] = sum_i dy[i, k] (x[i, k] - mu[i]) rstd[i],   d beta[k] = sum_i dy[i, k],
+// each summed over kNormBlocks fixed blocks of consecutive rows (rows in order inside a block),
+// then the blocks in order: the same floats for any thread count, in one pass over dy and x.
+constexpr int64_t kNormBlocks = 64;
+
+std::tuple<Tensor, Tensor> norm_param_grads(const Tensor& dy, const Tensor& x, const Tensor& mu,
+                                            const Tensor& rstd) {
+  TORCH_CHECK(dy.dim() == 2 && dy.sizes() == x.sizes() && dy.is_contiguous() && x.is_contiguous());
+  TORCH_CHECK(mu.numel() == x.size(0) && rstd.numel() == x.size(0));
+  const int64_t m = x.size(0), d = x.size(1);
+  Tensor gg = at::empty({d}, x.options()), gb = at::empty({d}, x.options());
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "cmpnn_norm_grads", [&] {
+    const scalar_t* dyp = dy.const_data_ptr<scalar_t>();
+    const scalar_t* xp = x.const_data_ptr<scalar_t>();
+    const Tensor mut = mu.contiguous().to(x.scalar_type()), rst = rstd.contiguous().to(x.scalar_type());
+    const scalar_t* mup = mut.const_data_ptr<scalar_t>();
+    const scalar_t* rp = rst.const_data_ptr<scalar_t>();
+    const int64_t blocks = std::max<int64_t>(1, std::min(m, kNormBlocks));
+    std::vector<scalar_t> part(2 * blocks * d);
+    at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        scalar_t* pg = part.data() + 2 * b * d;
+        scalar_t* pb = pg + d;
+        std::fill(pg, pg + 2 * d, scalar_t(0));
+        for (int64_t i = m * b / blocks; i < m * (b + 1) / blocks; ++i) {
+          const scalar_t* g = dyp + i * d;
+          const scalar_t* xi = xp + i * d;
+          const scalar_t mi = mup[i], ri = rp[i];
+          for (int64_t k = 0; k < d; ++k) {
+            pg[k] += g[k] * ((xi[k] - mi) * ri);
+            pb[k] += g[k];
+          }
+        }
+      }
+    });
+    scalar_t* ggp = gg.data_ptr<scalar_t>();
+    scalar_t* gbp = gb.data_ptr<scalar_t>();
+    for (int64_t k = 0; k < d; ++k) {
+      scalar_t sg = 0, sb = 0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        sg += part[2 * b * d + k];
+        sb += part[2 * b * d + d + k];
+      }
+      ggp[k] = sg;
+      gbp[k] = sb;
+    }
+  });
+  return {gg, gb};
+}
+
 }  // namespace
 
 TORCH_LIBRARY(cmpnn_cpu, m) {
@@ -571,9 +645,11 @@ TORCH_LIBRARY(cmpnn_cpu, m) {
       "Tensor t_dst, Tensor t_rel, Tensor t_pos, Tensor? g_sum, Tensor? g_sq, Tensor? g_max, Tensor? g_min, "
       "Tensor amax, Tensor amin, bool need_x, bool need_w, bool need_ew) -> "
       "(Tensor, Tensor, Tensor)");
+  m.def("norm_param_grads(Tensor dy, Tensor x, Tensor mu, Tensor rstd) -> (Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(cmpnn_cpu, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
+  m.impl("norm_param_grads", &norm_param_grads);
 }

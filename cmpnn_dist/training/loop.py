@@ -14,16 +14,20 @@ needed and every rank makes the same best-model decision; wall time equals rank-
 ``train.deterministic`` turns on ``torch.use_deterministic_algorithms`` and one intra-op
 thread for the duration of fit (both restored afterwards).  Otherwise, on CPU, the intra-op
 thread count is ``train.num_threads`` or, when null, chosen and kept current by
-:class:`~cmpnn_dist.training.threads.ThreadGovernor` (restored afterwards too).
+:class:`~cmpnn_dist.training.threads.ThreadGovernor` (restored afterwards too); where the
+run's floats do not depend on the thread count (:mod:`.reproducibility`) the governor
+follows the load, elsewhere it fixes the count for the run.  What the run depends on is
+recorded in ``results.json`` and every checkpoint (``"reproducibility"``).
 Evaluation runs inside :func:`isolated_rng`, so it never perturbs the training RNG stream.
 The best weights by valid MRR are kept; at the end they are tested.
 
 Checkpoints (main rank) every ``checkpoint.every_steps`` steps, at each epoch end and when the
 step budget ends training mid-epoch hold: model, optimizer, scheduler (None), sampler state,
 every RNG state, the resolved config, the history, best weights and metrics, step, epoch.
-If ``ctx.latest_checkpoint()`` names one, training resumes from it exactly: with
-``train.deterministic`` on CPU, an interrupted-and-resumed run ends with bit-identical
-weights and a history with every step exactly once.
+If ``ctx.latest_checkpoint()`` names one, training resumes from it exactly: on CPU, with
+``train.deterministic`` or in a thread-invariant run at any thread count, an
+interrupted-and-resumed run ends with bit-identical weights and a history with every step
+exactly once.
 """
 
 from __future__ import annotations
@@ -99,7 +103,7 @@ def fit(
         # on CUDA an op without a deterministic kernel warns instead of failing the run
         torch.use_deterministic_algorithms(True, warn_only=ctx.device.type != "cpu")
         torch.set_num_threads(1)
-    step_hook = on_step
+    step_hook, governor = on_step, None
     if ctx.device.type == "cpu":  # intra-op threads from train.num_threads / free cores
         governor = governor_for(cfg, data, ctx.world_size)
 
@@ -109,7 +113,7 @@ def fit(
                 on_step(step)
 
     try:
-        result = Trainer(cfg, data, ctx, step_hook).run()
+        result = Trainer(cfg, data, ctx, step_hook, governor).run()
         if result.run_dir is None and run_dir is not None:
             result.run_dir = run_dir
         local_dir = getattr(ctx, "run_dir", None)  # the local folder (or mirror) of the run
@@ -123,6 +127,7 @@ def fit(
                     "resumed_from_step": result.resumed_from_step,
                     "valid": result.best_valid,
                     "test": result.test,
+                    "reproducibility": governor.record() if governor is not None else None,
                 },
             )
         return result

@@ -14,9 +14,12 @@ Policy (``train.num_threads=None``, the default): use the cores this process may
 processes leave free, measured from ``/proc/stat`` over a short window minus this process's
 own CPU time, and no more threads than the work has pieces of ``MIN_WORK_PER_THREAD``
 elements.  :class:`ThreadGovernor` re-measures every ``interval_s`` seconds during training,
-so a job that starts (or ends) beside the run changes the count within one interval.
-An integer ``train.num_threads`` fixes the count (no re-measuring); ``train.deterministic``
-already pins one thread.
+so a job that starts (or ends) beside the run changes the count within one interval.  That
+is only done where the run's floats do not depend on the thread count
+(:func:`~cmpnn_dist.training.reproducibility.thread_invariant`); elsewhere the count is fixed
+for the run from the allowed cores and the work alone (the load is not read), and a resumed
+run keeps the count its checkpoint recorded.  An integer ``train.num_threads`` fixes the
+count (no re-measuring); ``train.deterministic`` already pins one thread.
 """
 
 from __future__ import annotations
@@ -130,6 +133,9 @@ class ThreadGovernor:
         work_elements: N * B * d of the training graph (the per-op work size).
         cap: at most this many threads (e.g. ``cluster.cpus_per_worker``); None: no cap.
         interval_s: re-measure at most this often (``update()`` is called once per step).
+        follow_load: with ``num_threads`` None, follow the load (True: the run's floats do
+            not depend on the thread count) or fix the count from the allowed cores and the
+            work, ignoring the load (False).
     """
 
     def __init__(
@@ -138,6 +144,7 @@ class ThreadGovernor:
         work_elements: int | None = None,
         cap: float | None = None,
         interval_s: float = 5.0,
+        follow_load: bool = True,
     ) -> None:
         self.fixed = num_threads
         self.work_elements = work_elements
@@ -145,14 +152,48 @@ class ThreadGovernor:
         self.interval_s = interval_s
         self.threads = torch.get_num_threads()
         self.changes: list[tuple[float, int, float | None]] = []  # (time, threads, others)
+        self.invariant, self.not_invariant_because = follow_load, ""  # governor_for's answer
+        # "config": train.num_threads / deterministic; "policy": fixed since the floats depend
+        # on it; "load": chosen from the load
+        self.mode = "config" if num_threads is not None else "load" if follow_load else "policy"
+        self.earlier_used: list[int] = []  # counts of the run before a resume
         self._last = LoadSample.now()
         if num_threads is not None:
             if int(num_threads) < 1:
                 raise ValueError(f"train.num_threads must be >= 1 or null, got {num_threads}")
             self._set(int(num_threads), None)
+        elif not follow_load:  # the same count under any load: the floats depend on it
+            self.fixed = self._decide(0.0)
+            self._set(self.fixed, None)
         else:
             self._set(self._decide(measure_others_busy()), None)
             self._last = LoadSample.now()
+
+    @property
+    def follows_load(self) -> bool:
+        """Whether ``update()`` may change the count."""
+        return self.fixed is None
+
+    def used(self) -> list[int]:
+        """The thread counts the run has set, sorted (before a resume too)."""
+        return sorted({n for _, n, _ in self.changes} | set(self.earlier_used))
+
+    def resume(self, saved: dict[str, Any] | None) -> None:
+        """Continue the run whose checkpoint recorded ``saved`` (:meth:`record`): a count the
+        policy fixed stays the recorded one (the floats depend on it)."""
+        saved = saved or {}
+        self.earlier_used = [int(n) for n in saved.get("threads_used") or []]
+        if self.mode == "policy" and isinstance(saved.get("threads"), int):
+            self.changes.clear()  # no step ran with the count chosen before the resume
+            self.fixed = int(saved["threads"])
+            self._set(self.fixed, None)
+
+    def record(self) -> dict[str, Any]:
+        """What the run's floats depend on (:func:`~.reproducibility.record`)."""
+        from .reproducibility import record
+
+        threads = "load" if self.mode == "load" else self.threads
+        return record(self.invariant, self.not_invariant_because, threads, self.used())
 
     def _decide(self, others: float | None) -> int:
         return choose_num_threads(self.allowed, others or 0.0, self.work_elements)
@@ -189,8 +230,12 @@ def governor_for(cfg: Any, data: Any, world_size: int = 1) -> ThreadGovernor:
     """The :class:`ThreadGovernor` of a training run (``fit`` calls this once).
 
     ``train.deterministic`` pins one thread; Ray workers (``cluster.num_workers > 0`` on CPU)
-    use at most ``cluster.cpus_per_worker`` threads, the CPUs Ray reserved for them.
+    use at most ``cluster.cpus_per_worker`` threads, the CPUs Ray reserved for them.  The
+    count follows the load only where the run is thread-invariant (``invariant``,
+    ``not_invariant_because``: that answer).
     """
+    from .reproducibility import thread_invariant
+
     tc = cfg.train
     fixed = 1 if tc.deterministic else tc.num_threads
     cap = None
@@ -198,4 +243,7 @@ def governor_for(cfg: Any, data: Any, world_size: int = 1) -> ThreadGovernor:
         cap = cfg.cluster.cpus_per_worker
     batch = max(1, tc.batch_size // max(1, world_size))
     work = work_elements(data.num_nodes, batch, cfg.model.hidden_dim)
-    return ThreadGovernor(fixed, work_elements=work, cap=cap)
+    invariant, why = thread_invariant(cfg)
+    governor = ThreadGovernor(fixed, work_elements=work, cap=cap, follow_load=invariant)
+    governor.invariant, governor.not_invariant_because = invariant, why
+    return governor

@@ -61,10 +61,15 @@ class Trainer:
     history and best weights; ``run()`` is the step / epoch loop, ``state()`` / ``restore()``
     the checkpoint content."""
 
-    def __init__(self, cfg: Any, data: TrainData, ctx: TrainContext, on_step: Any) -> None:
+    def __init__(
+        self, cfg: Any, data: TrainData, ctx: TrainContext, on_step: Any, governor: Any = None
+    ) -> None:
+        """``governor``: the CPU run's :class:`~.threads.ThreadGovernor` (its record goes into
+        every checkpoint; a resume hands it the checkpoint's), or None."""
         from cmpnn_dist.model.build import build_model
 
         self.cfg, self.data, self.ctx, self.on_step = cfg, data, ctx, on_step
+        self.governor = governor
         tc = cfg.train
         check_eval_options(cfg, data)
         self.device = torch.device(ctx.device)
@@ -156,6 +161,7 @@ class Trainer:
             "last_valid_step": self.last_valid_step,
             "last_valid_mrr": self.last_valid_mrr,
             "train_seconds": self.train_seconds(),
+            "reproducibility": self.governor.record() if self.governor is not None else None,
         }
 
     def train_seconds(self) -> float:
@@ -211,6 +217,8 @@ class Trainer:
         if self._budget_s is not None and self._trained_s >= self._budget_s:
             self.total_steps = min(self.total_steps, self.step)  # train.max_minutes is spent
         restore_rng_state(state["rng"])
+        if self.governor is not None:
+            self.governor.resume(state.get("reproducibility"))
         self.resumed_from = self.step
         logger.debug("resumed from step %d (%s)", self.step, path)  # the context announces it
         self.ctx.on_resume(self.history, self.step)

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from cmpnn_dist.config import Aggregate, choices, register_choice
+from cmpnn_dist.ops import ordered
 from cmpnn_dist.ops.reductions import AGGREGATORS
 
 
@@ -57,7 +58,7 @@ class Aggregation(nn.Module):
 
     def combine(self, linear: nn.Linear, h_hist: Tensor, raw: dict[str, Tensor]) -> Tensor:
         """W_0 [h^{f(t)} || AGG] + bias, float [N, B, d] (``linear``: d + width d -> d)."""
-        return linear(torch.cat([h_hist, self(raw)], dim=-1))
+        return ordered.linear(torch.cat([h_hist, self(raw)], dim=-1), linear.weight, linear.bias)
 
 
 _REGISTRY: dict[str, type[Aggregation]] = {}

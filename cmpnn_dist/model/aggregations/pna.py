@@ -8,10 +8,10 @@ s_v   = log(deg(v) + 1) / delta,  delta = mean_{w in V} log(deg(w) + 1)
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from cmpnn_dist.model.aggregations.base import Aggregation, register
+from cmpnn_dist.ops import ordered
 
 
 @register
@@ -36,7 +36,7 @@ class PNA(Aggregation):
         stats = torch.cat([mean, raw["max"], raw["min"], std], dim=-1)
         log_deg = torch.log(deg + 1)
         # delta: over the nodes of ``raw``, or given (pruned propagation: the full graph's)
-        delta = raw["log_degree_mean"] if "log_degree_mean" in raw else log_deg.mean()
+        delta = raw["log_degree_mean"] if "log_degree_mean" in raw else ordered.mean(log_deg)
         scale = (log_deg / delta.clamp(min=1e-6)).view(-1, 1, 1)
         return stats, scale
 
@@ -48,6 +48,6 @@ class PNA(Aggregation):
         stats, scale = self.pna_parts(raw)
         weight = linear.weight  # [d, 13 d]
         w_stats = weight[:, dim:].reshape(dim, 3, 4 * dim).transpose(0, 1).reshape(3 * dim, -1)
-        y = F.linear(stats, w_stats)  # [N, B, 3d]: W_1 S, W_2 S, W_3 S
-        out = F.linear(h_hist, weight[:, :dim], linear.bias) + y[..., :dim]
+        y = ordered.linear(stats, w_stats)  # [N, B, 3d]: W_1 S, W_2 S, W_3 S
+        out = ordered.linear(h_hist, weight[:, :dim], linear.bias) + y[..., :dim]
         return out + scale * y[..., dim : 2 * dim] + y[..., 2 * dim :] / scale.clamp(min=1e-2)

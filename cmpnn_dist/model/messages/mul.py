@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from cmpnn_dist.config import ModelConfig
 from cmpnn_dist.model.messages.base import MessageFunction, register
+from cmpnn_dist.ops import ordered
 
 
 @register
@@ -27,7 +28,9 @@ class QueryMul(MessageFunction):
         self.relation_linear = nn.Linear(dim, num_relations * dim)
 
     def relations(self, z_q: Tensor) -> Tensor:
-        return self.relation_linear(z_q).view(-1, self.num_relations, self.dim)
+        return ordered.linear(z_q, self.relation_linear.weight, self.relation_linear.bias).view(
+            -1, self.num_relations, self.dim
+        )
 
     def relation_matrix(self, z_q: Tensor, b: int, r: int) -> Tensor:
         """diag(W_r z_q) [d, d] of query b (for slow checks)."""

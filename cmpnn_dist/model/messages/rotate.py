@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from cmpnn_dist.config import ModelConfig
 from cmpnn_dist.model.messages.base import MessageFunction, register
+from cmpnn_dist.ops import ordered
 from cmpnn_dist.ops.messages import (
     EdgeMessage,
     Params,
@@ -74,4 +75,6 @@ class RotatE(MessageFunction):
         self.phase_linear = nn.Linear(dim, num_relations * (dim // 2))
 
     def relations(self, z_q: Tensor) -> Tensor:
-        return self.phase_linear(z_q).view(-1, self.num_relations, self.dim // 2)
+        return ordered.linear(z_q, self.phase_linear.weight, self.phase_linear.bias).view(
+            -1, self.num_relations, self.dim // 2
+        )

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from cmpnn_dist.config import ModelConfig
 from cmpnn_dist.model.messages.base import MessageFunction, register
+from cmpnn_dist.ops import ordered
 from cmpnn_dist.ops.messages import (
     EdgeMessage,
     Params,
@@ -51,4 +52,6 @@ class TransE(MessageFunction):
         self.relation_linear = nn.Linear(dim, num_relations * dim)
 
     def relations(self, z_q: Tensor) -> Tensor:
-        return self.relation_linear(z_q).view(-1, self.num_relations, self.dim)
+        return ordered.linear(z_q, self.relation_linear.weight, self.relation_linear.bias).view(
+            -1, self.num_relations, self.dim
+        )
