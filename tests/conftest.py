@@ -116,12 +116,12 @@ def _restore_signal_handlers():
 
 # ---- the fast tier's rule: no new processes -------------------------------------------------
 # ``python -m pytest`` (the fast tier) runs unit tests only: a test that starts a Python
-# interpreter, a Ray node, a browser or any other program (``git`` aside) belongs to the
+# interpreter, a Ray node, a browser or any other program (``git``, ``uname`` aside) belongs to the
 # integration tier (``@pytest.mark.integration``) or the slow one.  The guard below makes that
 # rule fail loudly instead of slowly: in the fast tier such a spawn raises, naming the test.
 # ``CMPNN_TIER_AUDIT=FILE`` records the offending tests in FILE (one node id a line) and lets
 # them run, which is how a suite is sorted into tiers.
-_CHEAP_PROGRAMS = {"git"}
+_CHEAP_PROGRAMS = {"git", "uname"}  # cheap look-ups of the checkout and the machine
 
 
 class TierViolation(RuntimeError):

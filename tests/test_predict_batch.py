@@ -212,6 +212,7 @@ def test_killed_job_resumes_without_duplicates(ray_local, run_dir, tmp_path):
     assert status == 0 and res["parts_written"] == 0 and res["scored_queries"] == 0
 
 
+@pytest.mark.integration
 def test_bad_inputs_are_one_line_and_write_nothing(run_dir, tmp_path):
     heads = tmp_path / "h.txt"
     heads.write_text("A::3\nA::40\nA::4O\n")
