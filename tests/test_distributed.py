@@ -112,7 +112,7 @@ def dataset(tmp_path_factory) -> Path:
 def ray_local():
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=True)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=True)
     yield ray
     ray.shutdown()
 

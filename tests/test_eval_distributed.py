@@ -50,18 +50,21 @@ def test_two_ray_workers_equal_one_process_rank_for_rank(run_dir, protocol):
     from cmpnn_dist.evaluate import evaluate_checkpoint
 
     opts = [f"eval.protocol={protocol}", "eval.ties=average", "eval.batch_size=3"]
+    run_results = (run_dir / "results.json").read_bytes()
     local = evaluate_checkpoint(run_dir, opts)
-    tables = {
-        s: pq.read_table(run_dir / f"ranks_{s}_{protocol}.parquet") for s in ("valid", "test")
-    }
+    here = Path(local["evaluation_dir"])  # each evaluation's own folder under the run
+    tables = {s: pq.read_table(here / f"ranks_{s}_{protocol}.parquet") for s in ("valid", "test")}
     two = evaluate_checkpoint(
         run_dir, [*opts, "cluster.num_workers=2", "cluster.cpus_per_worker=1"]
     )
     assert two["world_size"] == 2
+    there = Path(two["evaluation_dir"])
+    assert there != here and there.parent == here.parent == run_dir / "evaluations"
     for split in ("valid", "test"):
-        again = pq.read_table(run_dir / f"ranks_{split}_{protocol}.parquet")
+        again = pq.read_table(there / f"ranks_{split}_{protocol}.parquet")
         assert again.num_rows == tables[split].num_rows == local[split]["num_queries"] > 0
         assert again.equals(tables[split]), split  # every row: fact, direction, rank, candidates
         assert two[split] == local[split]
         assert local[split]["protocol"] == protocol and local[split]["ties"] == "average"
-    assert (run_dir / f"eval_{protocol}.json").is_file()
+    assert (there / "results.json").is_file()
+    assert (run_dir / "results.json").read_bytes() == run_results  # the run's own, untouched
