@@ -59,7 +59,8 @@ def test_two_ray_workers_equal_one_process_rank_for_rank(run_dir, protocol):
     )
     assert two["world_size"] == 2
     there = Path(two["evaluation_dir"])
-    assert there != here and there.parent == here.parent == run_dir / "evaluations"
+    # the same evaluation (weights, protocol, budget): its folder, replaced whole
+    assert there == here and here.parent == run_dir / "evaluations"
     for split in ("valid", "test"):
         again = pq.read_table(there / f"ranks_{split}_{protocol}.parquet")
         assert again.num_rows == tables[split].num_rows == local[split]["num_queries"] > 0
