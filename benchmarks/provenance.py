@@ -6,13 +6,14 @@ Shared by the benchmark scripts (run as ``python benchmarks/NAME.py``, so this f
 
 from __future__ import annotations
 
-import platform
 import shlex
 import subprocess
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+
+from cmpnn_dist.training.reproducibility import cpu_model  # noqa: F401 (re-exported)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -74,17 +75,6 @@ def child_command(cmd: Sequence[str]) -> str:
     if parts and parts[0] == sys.executable:
         parts[0] = "python"
     return shlex.join(parts)
-
-
-def cpu_model() -> str:
-    """The CPU's model name from ``/proc/cpuinfo`` (else what ``platform`` knows)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 import pytest
 import torch
 import torch.nn.functional as F
+from test_training import Crash, _crash_at
 
 from cmpnn_dist.config import Config
 from cmpnn_dist.graph import graph_from_triples
@@ -199,18 +200,6 @@ def test_training_gives_the_same_weights_with_1_2_and_switching_threads(
     for name, want in one.items():
         assert torch.equal(_weights(two)[name], want), name
         assert torch.equal(_weights(switching)[name], want), name
-
-
-class Crash(Exception):
-    pass
-
-
-def _crash_at(step: int):
-    def hook(s: int) -> None:
-        if s == step:
-            raise Crash(f"simulated failure after step {s}")
-
-    return hook
 
 
 def test_a_run_resumed_at_another_thread_count_ends_as_a_straight_run(data, tmp_path):

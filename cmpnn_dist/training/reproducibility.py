@@ -59,7 +59,8 @@ def _s(value: Any) -> str:
     return str(getattr(value, "value", value))
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name from ``/proc/cpuinfo`` (else what ``platform`` knows)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -93,7 +94,7 @@ def record(invariant: bool, reason: str, threads: int | str, used: list[int]) ->
         "threads_used": used,
         "torch": str(torch.__version__),
         "blas": _mkl_version(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "cpu_kernel": cpu_build.status(),
         "python": platform.python_version(),
