@@ -267,6 +267,7 @@ def test_tuning_space_syntax() -> None:
         tuning.parse_space(" ; ")
 
 
+@pytest.mark.integration
 def test_pipelined_configs_are_opt_in() -> None:
     """The default space is the plain loop (stages 1); CMPNN_TRITON_PIPELINE=1 appends the
     software-pipelined tilings (stages > 1), which CMPNN_TRITON_CONFIGS still overrides."""
