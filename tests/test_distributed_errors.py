@@ -22,13 +22,18 @@ from cmpnn_dist.distributed import faults
 pytestmark = pytest.mark.slow
 
 
+def _train_with_fault(root: Path, run_name: str, fault: str) -> subprocess.CompletedProcess:
+    """The real command on 2 Ray workers with ``fault`` injected (faults.py)."""
+    cmd = [sys.executable, "-m", "cmpnn_dist.train", f"storage_root={root}", *ARGS,
+           f"run_name={run_name}"]  # fmt: skip
+    env = _env(**{faults.ENV_FAULT: fault})
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+
+
 @pytest.mark.timeout(1200)
 def test_a_crashed_rank_is_one_line_naming_rank_step_cause_and_log(tmp_path):
     root = tmp_path / "store"
-    cmd = [sys.executable, "-m", "cmpnn_dist.train", f"storage_root={root}", *ARGS,
-           "run_name=crash"]  # fmt: skip
-    env = _env(**{faults.ENV_FAULT: "crash@rank1:step3"})
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    proc = _train_with_fault(root, "crash", "crash@rank1:step3")
     assert proc.returncode == 2, proc.stderr[-4000:]
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith("error:")]
@@ -63,10 +68,7 @@ def test_a_killed_rank_is_named_and_the_console_holds_only_our_lines(tmp_path):
     first lines, our workers' lines and that line, nothing of Ray's (its controller's
     tracebacks, the placement-group cleaner, the raylet's "a worker died" go to ray.log)."""
     root = tmp_path / "store"
-    cmd = [sys.executable, "-m", "cmpnn_dist.train", f"storage_root={root}", *ARGS,
-           "run_name=kill"]  # fmt: skip
-    env = _env(**{faults.ENV_FAULT: "kill@rank1:step3"})
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    proc = _train_with_fault(root, "kill", "kill@rank1:step3")
     assert proc.returncode == 2, proc.stderr[-4000:]
     assert proc.stdout.strip() == "", proc.stdout[-2000:]
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
