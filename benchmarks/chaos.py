@@ -13,7 +13,8 @@
      controller and the run's other actors) -- then one process of that class at random, and
      SIGKILLs it.  Victims are looked up among the *descendants of the current driver* only
      (other Ray clusters on the machine are never touched).  A fault waits until the newest
-     checkpoint has moved past the one of the previous fault, so the run always progresses;
+     checkpoint has moved past the one of the previous fault and past the one the current
+     attempt resumed from, so the run always progresses;
    * reader threads that loop ``python -m cmpnn_dist.predict ckpt=<run folder> ...`` and
      ``python -m cmpnn_dist.evaluate ckpt=<run folder> eval.max_queries=...`` against the live
      run; a non-zero exit is a reader failure unless it is the documented "nothing to read
@@ -176,6 +177,7 @@ class Chaos:
         self.lock = threading.Lock()
         self.done = threading.Event()
         self.driver: int | None = None
+        self.log: Path | None = None  # the current attempt's log
         self.attempts: list[dict] = []
         self.faults: list[dict] = []
         self.deferred = 0
@@ -197,7 +199,7 @@ class Chaos:
             with open(log, "w") as f:
                 proc = _start(cmd, stdout=f, stderr=subprocess.STDOUT)
                 with self.lock:
-                    self.driver = proc.pid
+                    self.driver, self.log = proc.pid, log
                 self.say(f"attempt {n}: driver pid {proc.pid}")
                 rc = self._wait(proc, log)
                 with self.lock:
@@ -205,16 +207,66 @@ class Chaos:
             text = log.read_text(errors="replace")
             rank0 = r"\(RayTrainWorker pid=\d+\)\S* "  # a line of rank 0, forwarded by Ray
             resumed = re.findall(rank0 + r"resuming from step (\d+)", text)
+            skipped = re.findall(rank0 + r"resuming from step \d+: .*skipped (.*)", text)
             groups = len(re.findall(rank0 + r"data: ", text))  # one per worker group started
             attempt = {"attempt": n, "start_s": start, "end_s": self.now(), "exit": rc,
-                       "resumes_from": [int(s) for s in resumed], "worker_groups": groups,
+                       "resumes_from": [int(s) for s in resumed], "skipped": skipped,
+                       "worker_groups": groups,
                        "log": log.name,
                        "hung": rc == "hung", "last_line": _last_line(text)}  # fmt: skip
             self.attempts.append(attempt)
             self.say(f"attempt {n}: exit {rc}, worker resumes from steps {attempt['resumes_from']}")
             if rc == 0:
                 break
+            if self.args.corrupt_once and not any(f["class"] == "checkpoint" for f in self.faults):
+                self.corrupt_newest()
         self.done.set()
+
+    def corrupt_newest(self) -> None:
+        """Flip one byte in the middle of the newest complete step checkpoint's weights, between
+        a killed attempt and its restart: the restart must resume from an older valid one.
+        Not before there are two step checkpoints (then a later failed attempt's turn)."""
+        if len(list((self.run / "checkpoints").glob("step_*/manifest.json"))) < 2:
+            return
+        self._wait_for_old_writer()
+        step = newest_step(self.run)
+        state = self.run / "checkpoints" / f"step_{step:08d}" / "state.pt"
+        with open(state, "r+b") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(size // 2)
+            byte = fh.read(1)
+            fh.seek(size // 2)
+            fh.write(bytes([byte[0] ^ 0xFF]))
+        self.faults.append({"t_s": self.now(), "class": "checkpoint", "kind": "corrupt_newest",
+                            "pid": None, "attempt": len(self.attempts), "newest_checkpoint": step,
+                            "last_logged_step": last_train_step(self.run),
+                            "command": f"flip byte {size // 2} of {state.name}"})  # fmt: skip
+        self.say(f"chaos: flipped byte {size // 2} of step {step}'s {state.name}")
+
+    def _wait_for_old_writer(self, timeout_s: float = 30.0) -> None:
+        """Until the failed attempt's rank 0 (``.lock.writer``) is gone: a dead driver's workers
+        may publish one more checkpoint for a moment, which would bury the corrupted one."""
+        try:
+            pid = json.loads((self.run / ".lock.writer").read_text())["pid"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        deadline = time.monotonic() + timeout_s
+        while pid in _procs() and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+    def progressed(self, last_fault_step: int) -> bool:
+        """The current attempt has written a checkpoint of its own, newer than the previous
+        fault's: its rank 0 has started (or resumed from step N) and the newest checkpoint is
+        past that (a dead driver's last checkpoints do not count)."""
+        if self.log is None:
+            return False
+        text = self.log.read_text(errors="replace")
+        rank0 = r"\(RayTrainWorker pid=\d+\)\S* "
+        if not re.search(rank0 + r"data: ", text):
+            return False
+        resumed = re.findall(rank0 + r"resuming from step (\d+)", text)
+        start = int(resumed[-1]) if resumed else -1
+        return newest_step(self.run) > max(start, last_fault_step)
 
     def _wait(self, proc: subprocess.Popen, log: Path) -> int | str:
         """The driver's exit status, or "hung" (killed) when neither its log nor the run's
@@ -237,15 +289,16 @@ class Chaos:
         rng = random.Random(self.args.seed)
         last_fault_step = -1
         while not self.done.is_set():
-            if self.args.faults and len(self.faults) >= self.args.faults:
+            kills = [f for f in self.faults if f["class"] != "checkpoint"]
+            if self.args.faults and len(kills) >= self.args.faults:
                 return
             wait = self.args.interval * rng.uniform(1 - self.args.jitter, 1 + self.args.jitter)
             self.say(f"chaos: next fault in {wait:.1f} s")
             if self.done.wait(wait):
                 return
-            if newest_step(self.run) <= last_fault_step:  # no new checkpoint since the last fault
+            if not self.progressed(last_fault_step):  # no new checkpoint of this attempt yet
                 self.deferred += 1
-                while not self.done.is_set() and newest_step(self.run) <= last_fault_step:
+                while not self.done.is_set() and not self.progressed(last_fault_step):
                     time.sleep(0.5)
                 if self.done.wait(rng.uniform(0, self.args.interval / 2)):
                     return
@@ -470,7 +523,7 @@ def markdown(s: dict) -> str:
         f"Straight run: exit {s['straight']['exit']}, {s['straight']['wall_s']} s wall. "
         f"Chaos run: {s['chaos_wall_s']} s wall, {len(s['attempts'])} attempts.",
         "",
-        "## Faults (SIGKILL)",
+        "## Faults (SIGKILL; `corrupt_newest`: a byte flipped in the newest checkpoint)",
         "",
         "| class | kind | count |",
         "|---|---|---|",
@@ -529,6 +582,11 @@ def main() -> int:
     p.add_argument("--jitter", type=float, default=0.5, help="interval x U[1-j, 1+j]")
     p.add_argument("--faults", type=int, default=0, help="stop after this many (0: no limit)")
     p.add_argument("--seed", type=int, default=0, help="the chaos RNG's seed")
+    p.add_argument(
+        "--corrupt-once",
+        action="store_true",
+        help="flip a byte of the newest checkpoint after the first failed attempt",
+    )
     p.add_argument("--readers", type=int, default=1, help="reader threads")
     p.add_argument("--eval-queries", type=int, default=16, help="the readers' eval.max_queries")
     p.add_argument("--max-failures", type=int, default=2, help="cluster.max_failures")

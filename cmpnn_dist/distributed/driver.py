@@ -368,6 +368,8 @@ def run_distributed(
         if failed and not kept_log:  # a start that left no checkpoint (nor log) leaves no folder
             claim.abandon()
         claim.release()
-        unroute()
-        if started:
-            ray.shutdown()
+        try:  # Ray's processes print until it is down (the placement-group cleaner's warnings)
+            if started:
+                ray.shutdown()
+        finally:
+            unroute()
