@@ -9,8 +9,12 @@ followed by its documented output).  Each command is then, by what it is:
   built-in data or on "your own graph" (the test writes a small ``my_graph/`` and
   ``my_graph_ind/`` holding the names the docs use), training with a step budget
   (``train.max_steps`` set or replaced, the documented ``train.max_minutes`` kept).  A
-  documented ``error:`` line must be the command's last stderr line, and the relational WL
-  commands must print the documented lines;
+  documented ``error:`` line must be the command's last stderr line; a command the docs show
+  with its output must print the documented lines (:func:`same_output`: names, ranks and
+  flags equal, numbers within a float tolerance, timings aside).  The training whose run
+  those outputs read (``run_name=demo`` on the built-in graph, seconds) runs as written;
+* **compared**: ``head -N FILE``: the first lines of a file an earlier command wrote, against
+  the lines shown;
 * **composed**: a training command that needs data, a GPU or a cluster (``conf=<preset>``,
   ``cluster.*``, a ``-m`` sweep with every cell, the command inside ``ray job submit``) has its
   configuration composed and validated, which fails on a key or value that does not exist;
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import random
 import re
 import shlex
@@ -39,6 +44,17 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 MARK = "<!-- runnable -->"
 BUDGET = {"train.max_steps": "12", "train.progress": "false", "eval.max_queries": "64"}
+# the trainings whose runs the outputs shown in the docs read: run as written (seconds)
+AS_WRITTEN = (["run_name=demo"],)
+# what a run prints that no two runs share: timings (the other words and numbers are compared)
+TIMINGS = [
+    (re.compile(r"\bin [0-9.]+ s\b"), "in <t> s"),
+    (re.compile(r"\b[0-9.]+ s in all\b"), "<t> s in all"),
+    (re.compile(r"\b[0-9.]+ queries/s\b"), "<r> queries/s"),
+]
+TIMING_KEYS = ("seconds", "queries_per_s")
+BAR = re.compile(r"^[\w ]+:\s+\d+%\|")  # a tqdm progress bar
+TOLERANCE = 2e-3  # scores after 250 steps on another CPU (x max(1, |value|))
 
 
 @dataclass
@@ -116,6 +132,8 @@ def classify(argv: list[str]) -> tuple[str, str]:
         return "left_out", "empty"
     if argv[0] == "cat" and len(argv) == 2:
         return "files", "the file the docs show"
+    if argv[0] == "head" and len(argv) == 3 and re.fullmatch(r"-[0-9]+", argv[1]):
+        return "head", "the first lines of a file a command wrote"
     if argv[0] in LEFT_OUT:
         inner = argv[argv.index("--") + 1 :] if "--" in argv else []
         if inner[:3] == ["python", "-m", "cmpnn_dist.train"]:
@@ -182,6 +200,62 @@ def write_my_graph(cwd: Path) -> None:
     seen = ["/m/0qmfz", "/m/07s9rl0", *[f"/m/e{i}" for i in range(40)]]
     write(cwd / "my_graph", graph(seen))
     write(cwd / "my_graph_ind", graph(["/m/0qmfz", *[f"/m/n{i}" for i in range(30)]]))
+
+
+def _same_value(doc: object, got: object) -> bool:
+    if isinstance(doc, float) or isinstance(got, float):
+        try:
+            a, b = float(doc), float(got)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return False
+        return abs(a - b) <= TOLERANCE * max(1.0, abs(a))
+    return doc == got
+
+
+def _number(word: str) -> float | str:
+    return float(word) if re.fullmatch(r"-?[0-9]+\.[0-9]+(e-?[0-9]+)?", word) else word
+
+
+def same_line(doc: str, got: str) -> bool:
+    """``got`` prints what ``doc`` shows: JSON lines key by key, other lines word by word
+    (split at spaces and commas); decimals within :data:`TOLERANCE`, timings aside."""
+    if doc.startswith("{") and got.startswith("{"):
+        try:
+            a, b = json.loads(doc), json.loads(got)
+        except ValueError:
+            return False
+        keys = set(a) - set(TIMING_KEYS)
+        return keys == set(b) - set(TIMING_KEYS) and all(_same_value(a[k], b[k]) for k in keys)
+    for pattern, placeholder in TIMINGS:
+        doc, got = pattern.sub(placeholder, doc), pattern.sub(placeholder, got)
+    a, b = re.split(r"[\s,]+", doc.strip()), re.split(r"[\s,]+", got.strip())
+    return len(a) == len(b) and all(
+        _same_value(_number(x), _number(y)) for x, y in zip(a, b, strict=True)
+    )
+
+
+def same_output(doc: list[str], out: str, err: str) -> str | None:
+    """None when the command printed the documented lines: each one the next line of its
+    stdout or of its stderr (the streams interleave on a terminal; our ``[cmpnn_dist]``
+    notices and progress bars aside), from the first line on; the docs may stop before the
+    end.  Else what differs."""
+    # what a terminal shows of each stderr line (the text after its last carriage return),
+    # without our notices and progress bars
+    shown = [ln.rsplit("\r", 1)[-1] for ln in err.split("\n")]
+    ours = [ln for ln in shown if ln and not ln.startswith("[cmpnn_dist]") and not BAR.match(ln)]
+    streams = [out.splitlines(), ours]
+    at = [0, 0]
+    for line in doc:
+        for i, lines in enumerate(streams):
+            if at[i] < len(lines) and same_line(line, lines[at[i]]):
+                at[i] += 1
+                break
+        else:
+            nxt = [
+                lines[at[i]] if at[i] < len(lines) else "<end>" for i, lines in enumerate(streams)
+            ]
+            return f"documented {line!r}; printed next: stdout {nxt[0]!r}, stderr {nxt[1]!r}"
+    return None
 
 
 def with_budget(args: list[str]) -> list[str]:
@@ -308,7 +382,7 @@ def test_every_documented_command(tmp_path, monkeypatch):
     write_my_graph(tmp_path)
     (tmp_path / "tests").symlink_to(REPO / "tests")
     done: set[str] = set()
-    ran = 0
+    ran = compared = 0
     for c in ALL:
         env, argv = argv_of(c.text)
         kind, why = classify(argv)
@@ -319,6 +393,10 @@ def test_every_documented_command(tmp_path, monkeypatch):
         if kind == "files":
             if not (tmp_path / argv[1]).exists():
                 (tmp_path / argv[1]).write_text("".join(f"{line}\n" for line in c.output))
+            continue
+        if kind == "head":
+            lines = (tmp_path / argv[2]).read_text().splitlines()[: int(argv[1][1:])]
+            assert (miss := same_output(c.output, "\n".join(lines), "")) is None, (where, miss)
             continue
         if kind == "script":
             script_check(argv)
@@ -341,7 +419,7 @@ def test_every_documented_command(tmp_path, monkeypatch):
         done.add(key)
         module, args = argv[2], argv[3:]
         if module == "cmpnn_dist.train" and not error and "--help" not in args:
-            args = with_budget(args)
+            args = args + ["train.progress=false"] if args in AS_WRITTEN else with_budget(args)
         for k, v in env.items():
             monkeypatch.setenv(k, v)
         status, out, err = run_in_process(module, args)
@@ -352,7 +430,10 @@ def test_every_documented_command(tmp_path, monkeypatch):
         assert status == 0, (where, err[-3000:])
         if module == "cmpnn_dist.wl":
             assert out.strip().splitlines()[:-1] == c.output, where
-    assert ran >= 15
+        elif c.output:
+            assert (miss := same_output(c.output, out, err)) is None, (where, miss)
+            compared += 1
+    assert ran >= 15 and compared >= 6
 
 
 def test_the_parser_on_a_hand_made_document(tmp_path):
@@ -375,3 +456,29 @@ def test_the_parser_on_a_hand_made_document(tmp_path):
         "a=1", "train.max_steps=12", "train.progress=false", "eval.max_queries=64",
     ]  # fmt: skip
     assert classify(["cat", "queries.tsv"]) == ("files", "the file the docs show")
+
+
+def test_output_comparison_catches_what_it_is_for():
+    table = ["target  rank   head relation   tail    score  probability known",
+             "  tail     1 A::203       t0  C::89 3.471334     0.969861 valid"]  # fmt: skip
+    out = "\n".join([table[0], "  tail     1 A::203       t0  C::89 3.471900     0.969861 valid",
+                     '{"rows": 1, "seconds": 0.02, "device": "cpu"}'])  # fmt: skip
+    err = ("[cmpnn_dist] CPU message passing: compiled kernel\nscoring:  50%|##  | 1/2\r"
+           "scoring: 100%|####| 2/2\npredicted 1 queries in 0.023 s on cpu")  # fmt: skip
+    shown = [
+        *table,
+        "predicted 1 queries in 0.896 s on cpu",
+        '{"rows": 1, "seconds": 9.5, "device": "cpu"}',
+    ]
+    assert same_output(shown, out, err) is None  # float noise, timings, notices, bars: the same
+    assert same_output(table, out, err) is None  # the docs may show the output's first lines
+    for wrong in (
+        out.replace("C::89", "C::41"),  # another tail
+        out.replace("3.471900", "3.481334"),  # a score off by 0.01
+        out.replace("valid", "test"),  # another flag
+        out.replace(" 1 A::203", " 2 A::203"),  # another rank
+        out.replace('"rows": 1', '"rows": 2'),  # another count
+    ):
+        assert same_output(shown, wrong, err) is not None, wrong
+    assert same_output(shown, out, err.replace("1 queries", "2 queries")) is not None
+    assert same_output([table[1], table[0]], out, err) is not None  # the order counts

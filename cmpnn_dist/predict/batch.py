@@ -165,7 +165,7 @@ def _main(argv: list[str]) -> dict[str, Any]:
         f"{len(todo)} parts, {len(done)} parts already there; "
         + (f"{qps:.1f} queries/s " if qps else "")
         + f"on {cfg.cluster.num_workers} {device} worker(s), {model} model, "
-        f"{end - start:.1f} s in all -> {opt['out']}",
+        f"{end - start:.1f} s in all -> {special['out']}",  # as the user wrote it (JSON: absolute)
         file=sys.stderr,
     )
     return {
