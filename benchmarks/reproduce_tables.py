@@ -65,7 +65,8 @@ FULL = [
     ],
     _sweep("transductive_wn18rr_rgcn", "wn18rr_rgcn", {}),
     _sweep("transductive_wn18rr_compgcn", "wn18rr_compgcn", {}),
-    # C-MPNN-basic of transductive-table-1: sum, MSG 1, INIT 2, no readout (paper.py's entry)
+    # C-MPNN-basic of transductive-table-1: sum, MSG 1, INIT 2, no readout (paper.py's entry),
+    # the wn18rr preset itself; the aggregate is named so the projection scales the PNA-timed row
     _sweep("transductive_wn18rr_cmpnn", "wn18rr", {}, ("model.aggregate=sum",)),
 ]
 
