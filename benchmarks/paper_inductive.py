@@ -11,6 +11,11 @@ different machines: the cells travel in git, in ``benchmarks/results/paper_induc
     python benchmarks/paper_inductive.py save --storage STORE     # any time; then commit
     python benchmarks/paper_inductive.py table                    # the table from the archive
 
+``--table readout`` / ``architecture`` / ``init`` does the same for the paper's other
+inductive tables (``paper_tables.py`` lists their sweeps): ``run`` restores that table's
+archive and runs its sweeps in turn (``--print``: their commands), ``save`` archives its cells
+into ``results/paper_<name>_runs/``, ``table`` writes ``results/paper_<name>_cpu.{md,json}``.
+
 ``run`` first restores the archive into ``STORE`` (a cell the store lacks, or holds at an
 earlier step), then runs the three sweeps in stages (``STAGES``: every sweep's cells on the two
 cheapest splits, then on the next two, the next two and the last two), so the seeds and the
@@ -46,19 +51,17 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 from paper_inductive_table import prior_verdicts, to_markdown  # noqa: E402
+from paper_tables import (  # noqa: E402
+    BASIC_ARCHIVE,
+    BY_COST,
+    SWEEPS,
+    TABLES,
+    basic_overrides,
+    table_sweep,
+)
 from provenance import child_command, cpu_model, git_commit, write_atomic  # noqa: E402
 
-ARCHIVE = HERE / "results" / "paper_inductive_runs"
-# the sweeps' split order: cheapest first (the presets' times in docs/configs.md), so a short
-# piece still finishes cells
-BY_COST = ["fb237_ind_v1", "wn18rr_ind_v1", "fb237_ind_v2", "wn18rr_ind_v4",
-           "fb237_ind_v3", "wn18rr_ind_v2", "fb237_ind_v4", "wn18rr_ind_v3"]  # fmt: skip
-# name -> (variant, fixed overrides, splits, seeds)
-SWEEPS: dict[str, tuple[str, list[str], list[str], list[int]]] = {
-    "graIL8": ("basic", [], BY_COST, [0]),
-    "graIL8_seeds": ("basic", [], [s for s in BY_COST if s[-1] in "12"], [1, 2]),
-    "graIL8_prior": ("prior", ["model.prior=relations"], BY_COST, [0]),
-}
+ARCHIVE = BASIC_ARCHIVE
 
 
 # ``run``'s order: each stage runs every sweep's cells on its splits, so the seeds and the
@@ -67,17 +70,14 @@ STAGES = [BY_COST[:2], BY_COST[:4], BY_COST[:6], BY_COST]
 
 
 def sweep_overrides(name: str, storage: Path, only: list[str] | None = None) -> list[str]:
-    """The overrides of sweep ``name`` (its axes: ``data`` and ``train.seed``); ``only``: its
-    cells on these splits alone (the same cells, named the same)."""
-    _, fixed, splits, seeds = SWEEPS[name]
-    splits = [s for s in splits if only is None or s in only]
-    if only is not None and len(splits) < 2:  # one value is no axis: the cells' names change
-        raise ValueError(f"{name}: a sweep on fewer than two splits names its cells otherwise")
-    return [
-        "conf=fb237_ind_v1", *fixed, "data=" + ",".join(splits),
-        "train.seed=" + ",".join(map(str, seeds)), "cluster.cpus_per_worker=1",
-        f"sweep_name={name}", f"storage_root={storage}",
-    ]  # fmt: skip
+    """The overrides of sweep ``name``: a basic one (``SWEEPS``, on the splits ``only``) or a
+    sweep of one of the other tables (``paper_tables.TABLES``)."""
+    if name in SWEEPS:
+        return basic_overrides(name, storage, only)
+    sweep = table_sweep(name)
+    if sweep is None or only is not None:
+        raise ValueError(f"{name}: no such sweep (or it runs whole)")
+    return sweep.overrides(storage)
 
 
 def sweep_command(name: str, storage: Path, only: list[str] | None = None) -> list[str]:
@@ -388,39 +388,75 @@ def table(out: Path, load: str, archive: Path = ARCHIVE) -> str:
     return text
 
 
+def run_sweeps(storage: Path, steps: list[tuple[str, list[str] | None, list[str]]]) -> int:
+    """Run each ``(sweep, splits or None: all, its cells)`` of ``steps`` in turn; 0, 1 (some
+    sweeps had failed cells, named on stderr) or the status that ended the piece."""
+    failed = []
+    for name, only, names in steps:
+        # a sweep with nothing left to run is not started (Ray's start-up is not free)
+        if not all((storage / "runs" / n / "results.json").is_file() for n in names):
+            # a sweep whose cells failed (exit status 1, the cells named on its stderr)
+            # does not hold up the later ones (the next `run` tries its cells again); an
+            # interrupted one (130 / 143) or a usage error (2) ends the piece
+            status = run_passing_signals(sweep_command(name, storage, only))
+            if status == 1:
+                failed.append(name)
+            elif status:
+                return status
+    if failed:
+        print(f"sweeps with failed cells (see above): {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def main_table(args: argparse.Namespace, storage: Path | None) -> int:
+    """``run`` / ``save`` / ``restore`` / ``table`` of one of the other tables."""
+    import paper_tables
+
+    t = TABLES[args.table]
+    names = paper_tables.run_names(t)
+    if args.action == "run":
+        steps = [(s.name, None, [n for n in names if n.startswith(f"{s.name}/")])
+                 for s in t.sweeps]  # fmt: skip
+        if args.print:
+            print("\n".join(child_command(sweep_command(n, storage)) for n, _, _ in steps))
+            return 0
+        print(f"restored: {restore(storage, t.archive, names) or 'nothing'}", flush=True)
+        start_piece(storage, names)
+        return run_sweeps(storage, steps)
+    if args.action == "restore":
+        print(f"restored: {restore(storage, t.archive, names) or 'nothing'}")
+        return 0
+    if args.action == "save":
+        print(json.dumps(save(storage, t.archive, names), indent=1))
+    print(paper_tables.write(t, Path(args.out), args.load, _step))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("action", choices=["run", "save", "restore", "table"])
+    tables = ["basic", *TABLES]  # basic: the eight splits; the others: paper_tables.py
+    p.add_argument("--table", choices=tables, default="basic", help="which of the paper's tables")
     p.add_argument("--storage", help="the sweeps' storage_root (run / save / restore)")
     p.add_argument("--load", default="the sweep's other trial on the second core")
     p.add_argument("--out", default=str(HERE / "results"))
     p.add_argument("--print", action="store_true", help="run: print the commands, run nothing")
     args = p.parse_args(argv)
-    if args.action != "table" and not args.storage:
+    if args.action != "table" and not (args.storage or args.print):
         p.error(f"{args.action} needs --storage")
-    storage = Path(args.storage).resolve() if args.storage else None
+    storage = Path(args.storage).resolve() if args.storage else Path("STORE")
+    if args.table != "basic":
+        return main_table(args, storage)
     if args.action == "run":
         if args.print:
             print("\n".join(child_command(sweep_command(n, storage, only)) for n, only in plan()))
             return 0
         print(f"restored: {restore(storage) or 'nothing'}", flush=True)
         start_piece(storage)
-        failed = []
-        for name, only in plan():
-            names = [c[0] for c in cells() if c[0].startswith(f"{name}/") and c[2] in only]
-            # a sweep with nothing left to run is not started (Ray's start-up is not free)
-            if not all((storage / "runs" / n / "results.json").is_file() for n in names):
-                # a sweep whose cells failed (exit status 1, the cells named on its stderr)
-                # does not hold up the later ones (the next `run` tries its cells again); an
-                # interrupted one (130 / 143) or a usage error (2) ends the piece
-                status = run_passing_signals(sweep_command(name, storage, only))
-                if status == 1:
-                    failed.append(name)
-                elif status:
-                    return status
-        if failed:
-            print(f"sweeps with failed cells (see above): {', '.join(failed)}", file=sys.stderr)
-        return 1 if failed else 0
+        return run_sweeps(storage, [
+            (name, only, [c[0] for c in cells() if c[0].startswith(f"{name}/") and c[2] in only])
+            for name, only in plan()
+        ])  # fmt: skip
     if args.action == "restore":
         print(f"restored: {restore(storage) or 'nothing'}")
         return 0
