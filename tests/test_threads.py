@@ -11,9 +11,23 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from cmpnn_dist.openmp_env import OPENMP_DEFAULTS, openmp_env, set_openmp_defaults
+from cmpnn_dist.openmp_env import (
+    MALLOC_DEFAULTS,
+    MALLOC_SWITCH,
+    OPENMP_DEFAULTS,
+    openmp_env,
+    set_openmp_defaults,
+    tune_malloc,
+)
 from cmpnn_dist.ops import available_impls
 from cmpnn_dist.training import threads as th
+
+
+def _is_glibc() -> bool:
+    try:
+        return bool(os.confstr("CS_GNU_LIBC_VERSION"))
+    except (ValueError, OSError):
+        return False
 
 
 @pytest.fixture(autouse=True)
@@ -123,7 +137,99 @@ def test_openmp_defaults_keep_the_users_value():
     assert env == OPENMP_DEFAULTS
     env = {"OMP_WAIT_POLICY": "ACTIVE"}
     set_openmp_defaults(env)
-    assert env["OMP_WAIT_POLICY"] == "ACTIVE" and openmp_env(env) == env
+    assert env["OMP_WAIT_POLICY"] == "ACTIVE"
+    assert openmp_env(env) == {**env, **MALLOC_DEFAULTS}  # what a worker starts with
+
+
+def test_malloc_env_keeps_the_users_value_and_the_switch():
+    assert openmp_env({"MALLOC_ARENA_MAX": "4"})["MALLOC_ARENA_MAX"] == "4"
+    assert not set(MALLOC_DEFAULTS) & set(openmp_env({MALLOC_SWITCH: "0"}))
+    tunables = {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}
+    assert not set(MALLOC_DEFAULTS) & set(openmp_env(tunables))
+    assert tune_malloc({MALLOC_SWITCH: "0"}) == {} and tune_malloc(tunables) == {}
+
+
+# Allocate, touch and free 4 blocks of 40 MiB (above glibc's largest dynamic mmap threshold,
+# 32 MiB) a round, in a thread (as Ray Train runs the loop), and print the minor faults of the
+# 3rd round: with glibc's defaults each round maps fresh memory and faults it in again.
+FAULT_PROBE = """
+import ctypes, resource, sys, threading
+if sys.argv[1] == "call":
+    from cmpnn_dist.openmp_env import set_openmp_defaults
+    set_openmp_defaults()  # what every entry point does before torch is imported
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+size, faults = 40 * 2**20, []
+def rounds():
+    for _ in range(3):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        blocks = [libc.malloc(size) for _ in range(4)]
+        for block in blocks:
+            ctypes.memset(block, 1, size)
+        for block in blocks:
+            libc.free(block)
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+thread = threading.Thread(target=rounds)
+thread.start()
+thread.join()
+print(faults[-1])
+"""
+
+
+def _probe_faults(mode: str, extra_env: dict[str, str]) -> int:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    env.pop("GLIBC_TUNABLES", None)
+    env.pop(MALLOC_SWITCH, None)
+    env.update(extra_env)
+    out = subprocess.run(
+        [sys.executable, "-c", FAULT_PROBE, mode],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    return int(out.stdout.split()[-1])
+
+
+@pytest.mark.skipif(not _is_glibc(), reason="the malloc parameters are glibc's")
+def test_entry_points_make_malloc_reuse_large_blocks():
+    """After ``set_openmp_defaults()`` (what every entry point calls) a freed 40 MiB block's
+    memory serves the next one without page faults.  glibc's defaults map every block above
+    32 MiB afresh and unmap it at ``free``: each round would fault its 160 MiB in again (at
+    least 80 faults even where every page could be a huge one)."""
+    import ctypes
+    import resource
+
+    set_openmp_defaults()
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    size, faults = 40 * 2**20, []
+    for _ in range(3):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        blocks = [libc.malloc(size) for _ in range(4)]
+        for block in blocks:
+            ctypes.memset(block, 1, size)  # touch every page
+        for block in blocks:
+            libc.free(block)
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    assert faults[-1] < 64, faults
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not _is_glibc(), reason="the malloc parameters are glibc's")
+def test_large_blocks_are_reused_across_steps():
+    """With the project's malloc parameters a freed 40 MiB block's memory serves the next
+    one without new page faults, in a thread, both where the process applies them itself
+    (the entry points) and where they come as variables at process start (what a Ray worker
+    gets from ``openmp_env()``); with glibc's defaults (``CMPNN_DIST_MALLOC=0``) every round
+    faults its memory in again."""
+    default = _probe_faults("call", {MALLOC_SWITCH: "0"})
+    assert default > 1000  # the probe sees the faults the setting removes
+    assert _probe_faults("call", {}) < default / 20
+    assert _probe_faults("env", {**MALLOC_DEFAULTS}) < default / 20
 
 
 TORCH_IMPORT_PROBE = """
