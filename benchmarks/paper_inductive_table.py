@@ -35,9 +35,10 @@ def _hits(rows: list[dict], split: str, variant: str) -> list[float]:
     return [r["test"][METRIC] for r in rows if r["split"] == split and r["variant"] == variant]
 
 
-def _ms(values: list[float]) -> str:
+def mean_std(values: list[float], empty: str = "") -> str:
+    """``mean +- sample std`` of ``values`` to 3 decimals (one value alone; ``empty`` if none)."""
     if not values:
-        return ""
+        return empty
     if len(values) == 1:
         return f"{values[0]:.3f}"
     return f"{statistics.mean(values):.3f} +- {statistics.stdev(values):.3f}"
@@ -105,12 +106,12 @@ def _table_rows(rows: list[dict]) -> list[str]:
         paper = paper_value(sig, "test_hits@10_50")
         lines.append(
             f"| {split} | {', '.join(str(r['seed']) for r in basic)} "
-            f"| {_ms([r['test'][METRIC] for r in basic])} "
-            f"| {_ms([r['facts'][METRIC] for r in basic])} "
-            f"| {_ms([r['test']['mrr'] for r in basic])} "
+            f"| {mean_std([r['test'][METRIC] for r in basic])} "
+            f"| {mean_std([r['facts'][METRIC] for r in basic])} "
+            f"| {mean_std([r['test']['mrr'] for r in basic])} "
             f"| {paper[0] if paper else ''} | {PEERS['NBFNet'].get(split, '')} "
-            f"| {_ms([r['test'][METRIC] for r in prior])} "
-            f"| {_ms([r['facts'][METRIC] for r in prior])} |"
+            f"| {mean_std([r['test'][METRIC] for r in prior])} "
+            f"| {mean_std([r['facts'][METRIC] for r in prior])} |"
         )
     return lines
 

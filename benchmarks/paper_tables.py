@@ -30,7 +30,6 @@ checked against the composed config by ``tests/test_paper_tables.py``); a cell w
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
+from paper_inductive_table import mean_std  # noqa: E402
 from provenance import git_commit, write_atomic  # noqa: E402
 
 from cmpnn_dist.paper import ENTRIES  # noqa: E402
@@ -263,12 +263,7 @@ def archived(table: Table, step_of) -> tuple[list[dict], list[str]]:
     return done, todo
 
 
-def _ms(values: list[float]) -> str:
-    if not values:
-        return "not run"
-    if len(values) == 1:
-        return f"{values[0]:.3f}"
-    return f"{statistics.mean(values):.3f} +- {statistics.stdev(values):.3f}"
+NOT_RUN = "not run"
 
 
 def _budget(b: str) -> str:
@@ -346,8 +341,9 @@ def to_markdown(table: Table, done: list[dict], todo: list[str], load: str) -> s
         if r["seeds"] != r["planned_seeds"]:
             seeds += f" (planned {', '.join(map(str, r['planned_seeds']))})"
         lines.append(
-            f"| {r['row']} | {r['split']} | {r['paper']:.3f} | {_ms(r['ours'])} "
-            f"| {_ms(r['ours_paper_filter'])} | {seeds.strip()} | {_budget(r['budget'])} "
+            f"| {r['row']} | {r['split']} | {r['paper']:.3f} | {mean_std(r['ours'], NOT_RUN)} "
+            f"| {mean_std(r['ours_paper_filter'], NOT_RUN)} | {seeds.strip()} "
+            f"| {_budget(r['budget'])} "
             f"| {', '.join(r['rule']) or '-'} |"
         )
     lines += ["", "Per cell:", "",
