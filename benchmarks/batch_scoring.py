@@ -82,8 +82,8 @@ def train(graph: str, root: Path, scale: float) -> Path:
 
 
 def batch_job(args: list[str]) -> dict:
-    from cmpnn_dist.cli import run_cli
-    from cmpnn_dist.predict.batch import _main
+    from cmpnn_dist.cli.batch import _main
+    from cmpnn_dist.cli.common import run_cli
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

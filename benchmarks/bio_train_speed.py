@@ -46,7 +46,7 @@ sys.path.insert(0, str(HERE))
 from message_passing import RssPeak, save_results  # noqa: E402
 from provenance import command_line, git_commit  # noqa: E402
 
-from cmpnn_dist.cli import compose_config  # noqa: E402
+from cmpnn_dist.cli.common import compose_config  # noqa: E402
 from cmpnn_dist.convert.prepare import ensure_dataset  # noqa: E402
 
 # the paper's table "Hyperparameters for the transductive experiments on biomedical KGs"

@@ -384,7 +384,7 @@ def compare(ref: Path, run: Path) -> dict:
     """The chaos run's results, metrics rows and checkpoints against the straight run's."""
     import torch
 
-    from cmpnn_dist.training.checkpoint import load_checkpoint
+    from cmpnn_dist.runs.checkpoint import load_checkpoint
 
     out: dict = {}
     mine, theirs = (json.loads((r / "results.json").read_text()) for r in (run, ref))

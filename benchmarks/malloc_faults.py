@@ -47,7 +47,7 @@ def child(args: argparse.Namespace) -> None:
 
     import torch
 
-    from cmpnn_dist.cli import compose_config
+    from cmpnn_dist.cli.common import compose_config
     from cmpnn_dist.convert.prepare import ensure_dataset
     from cmpnn_dist.storage import open_dataset
     from cmpnn_dist.training.context import LocalContext

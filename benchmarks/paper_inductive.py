@@ -118,8 +118,8 @@ def plan() -> list[tuple[str, list[str]]]:
 
 def cells() -> Iterator[tuple[str, str, str, int]]:
     """``(run name, variant, split, seed)`` of every cell, in run order; the run name is the
-    product's ``<sweep>/<cell id>`` (``cmpnn_dist.sweep.expand`` names the cells)."""
-    from cmpnn_dist.sweep import expand
+    product's ``<sweep>/<cell id>`` (``cmpnn_dist.runs.sweep.expand`` names the cells)."""
+    from cmpnn_dist.runs.sweep import expand
 
     for name, (variant, _, _, seeds) in SWEEPS.items():
         _, grid = expand(sweep_overrides(name, Path("STORE")))
@@ -148,7 +148,7 @@ def _copy_tree(src: Path, dst: Path) -> None:
 
 def _step(run: Path) -> int:
     """The newest valid checkpoint's step of a run folder (-1: none)."""
-    from cmpnn_dist.training.checkpoint_store import CheckpointStore
+    from cmpnn_dist.runs.checkpoint_store import CheckpointStore
 
     found = CheckpointStore(run).find_latest() if (run / "checkpoints").is_dir() else None
     return found.step if found else -1
@@ -177,8 +177,8 @@ def _copy_checkpoint(run: Path, dst: Path, tries: int = 5) -> int:
     published copy, is left behind (it doubles the size); the resumed run publishes its own.
     The run may be training beside this and prune its checkpoints meanwhile, so the copy is
     checked against its manifest's sha256 sums and retried when it is torn."""
-    from cmpnn_dist.training.checkpoint import CheckpointError, read_manifest
-    from cmpnn_dist.training.checkpoint_store import CheckpointStore
+    from cmpnn_dist.runs.checkpoint import CheckpointError, read_manifest
+    from cmpnn_dist.runs.checkpoint_store import CheckpointStore
 
     for _ in range(tries):
         shutil.rmtree(dst, ignore_errors=True)
@@ -214,7 +214,7 @@ def facts_filter_metrics(run: Path, storage: Path, ranks_to: Path) -> dict:
 
     import torch
 
-    from cmpnn_dist.predict.loading import load_model
+    from cmpnn_dist.runs.load import load_model
     from cmpnn_dist.training.data import load_train_data
     from cmpnn_dist.training.validation import evaluate_split
 

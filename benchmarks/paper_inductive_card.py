@@ -4,7 +4,7 @@ A lent card (the ``device`` tool: one H200 for a few minutes, no Ray, no network
 ``paper_inductive.py run``, whose sweeps are Ray Tune trials.  ``train`` runs each unfinished
 cell of those sweeps instead as its own ``python -m cmpnn_dist.train`` process, all at once
 on the one GPU, with the overrides its Ray trial composes (:func:`cell_command`, as
-``cmpnn_dist.distributed.sweep``) plus ``train.device=cuda ops.impl=auto``; so the cell's
+``cmpnn_dist.distributed.tune_trials``) plus ``train.device=cuda ops.impl=auto``; so the cell's
 folder, config and checkpoints are the ones ``run`` would have made.  After ``--seconds``
 each gets SIGINT, checkpoints its step and exits 130 (a cell that finishes sooner exits 0).
 The piece is recorded in the store like ``run``'s, its ``device`` the card's name, so
@@ -49,9 +49,9 @@ def cell_overrides(
     run: str, storage: Path, extra: list[str] | tuple[str, ...] = ()
 ) -> tuple[str, list[str]]:
     """``(preset, overrides)`` of cell ``run`` (``<sweep>/<cell id>``): those its Ray Tune
-    trial composes (``cmpnn_dist.distributed.sweep.run_sweep``), then ``extra``."""
-    from cmpnn_dist.cli import split_args
-    from cmpnn_dist.sweep import expand
+    trial composes (``cmpnn_dist.distributed.tune_trials.run_sweep``), then ``extra``."""
+    from cmpnn_dist.cli.common import split_args
+    from cmpnn_dist.runs.sweep import expand
 
     sweep = run.split("/", 1)[0]
     special, over = split_args(sweeps.sweep_overrides(sweep, storage), ["conf", "sweep_name"])
@@ -76,7 +76,7 @@ def train(
     """Restore the archive into ``storage``, run every unfinished cell at once for
     ``seconds``, then stop them (SIGINT; SIGKILL for one still running ``grace`` seconds
     later, which then keeps its last periodic checkpoint); returns each cell's exit status."""
-    from cmpnn_dist.cli import compose_config
+    from cmpnn_dist.cli.common import compose_config
     from cmpnn_dist.convert.prepare import ensure_dataset
 
     print(f"restored: {sweeps.restore(storage) or 'nothing'}", flush=True)
@@ -126,7 +126,7 @@ def train(
 def _members(storage: Path) -> list[Path]:
     """The files ``pack`` takes: the piece record, the logs, and each cell the last piece
     trained, without the checkpoints a resumed cell or ``save`` does not read."""
-    from cmpnn_dist.training.checkpoint_store import CheckpointStore
+    from cmpnn_dist.runs.checkpoint_store import CheckpointStore
 
     files = [storage / sweeps.PIECE, *sorted((storage / "card_logs").glob("*.log"))]
     for name in sweeps._store_pieces(storage)[-1]["from_step"]:

@@ -219,7 +219,7 @@ def cells(table: Table, own: bool = False) -> list[dict]:
     """Every cell of the table's sweeps (and, unless ``own``, of the shared ones) that
     reproduces one of its rows: run name (``<sweep>/<cell id>``), archive, overrides, split,
     seed, signature, budget."""
-    from cmpnn_dist.sweep import expand
+    from cmpnn_dist.runs.sweep import expand
 
     out = []
     for name, archive, overrides in sources(table, own):

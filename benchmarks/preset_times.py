@@ -49,7 +49,7 @@ def _fmt_s(s: float) -> str:
 def measure(
     preset: str, storage: Path, steps: int, eval_facts: int, batch: int | None = None
 ) -> dict:
-    from cmpnn_dist.cli import compose_config
+    from cmpnn_dist.cli.common import compose_config
     from cmpnn_dist.convert.prepare import ensure_dataset
     from cmpnn_dist.errors import UsageError
     from cmpnn_dist.storage import open_dataset
@@ -150,7 +150,7 @@ def main() -> None:
     parser.add_argument("--storage", type=Path, default=None, help="default: a temp folder")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    from cmpnn_dist.cli import available_presets
+    from cmpnn_dist.cli.common import available_presets
 
     presets = args.presets or available_presets()
     presets_order = available_presets()

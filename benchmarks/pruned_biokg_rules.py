@@ -62,7 +62,7 @@ def answers(run: Path, storage: str) -> dict:
     import torch
     from pruned_unvisited import answer_visited
 
-    from cmpnn_dist.predict.loading import load_model
+    from cmpnn_dist.runs.load import load_model
     from cmpnn_dist.training.data import load_train_data
 
     model, _, ds = load_model(run, [f"storage_root={storage}"])

@@ -1,7 +1,7 @@
 """Where a pruned run's test Hits@10_50 comes from: answers within the heads' T-hop horizon that
 the model visited, those it did not visit, and answers beyond the horizon (never visited).
 
-For each pruned run folder the checkpoint is loaded (``cmpnn_dist.predict.loading``) and each
+For each pruned run folder the checkpoint is loaded (``cmpnn_dist.runs.load``) and each
 test ranking's source is propagated once more with the priors switched off
 (``model.pruned.unvisited = None``, ``model.prior = None``: the priors do not choose the
 subgraph, so the same nodes are visited; every unvisited candidate then scores
@@ -60,7 +60,7 @@ def answer_visited(
 
 def split(run: Path, storage: str, hops: int, rule: str = "paper") -> dict:
     """The three groups of one run (see the module docstring)."""
-    from cmpnn_dist.predict.loading import load_model
+    from cmpnn_dist.runs.load import load_model
     from cmpnn_dist.training.data import load_train_data
 
     model, _, ds = load_model(run, [f"storage_root={storage}"])

@@ -155,7 +155,7 @@ def time_one_epoch(preset: str, storage: Path) -> dict:
 
 def run_setting(run_dir: Path, section: str, key: str) -> object:
     """``config[section][key]`` of a finished run, from its newest checkpoint."""
-    from cmpnn_dist.training.checkpoint import list_checkpoints, load_checkpoint
+    from cmpnn_dist.runs.checkpoint import list_checkpoints, load_checkpoint
 
     ckpts = list_checkpoints(run_dir / "checkpoints")
     if not ckpts:

@@ -73,7 +73,7 @@ def run_scaling(args, dataset: Path, work: Path) -> list[dict]:
     import ray
 
     from cmpnn_dist.distributed import run_distributed
-    from cmpnn_dist.training.checkpoint_store import CheckpointStore
+    from cmpnn_dist.runs.checkpoint_store import CheckpointStore
 
     os.environ["CMPNN_TIMING"] = "1"
     if args.address:
@@ -134,7 +134,7 @@ def biokg_checkpoint(repeats: int) -> dict:
     """Checkpoint size / save / restore of conf/biokg.yaml's model on 51 relations."""
     import yaml
 
-    from cmpnn_dist.training.checkpoint import load_checkpoint, save_checkpoint
+    from cmpnn_dist.runs.checkpoint import load_checkpoint, save_checkpoint
     from cmpnn_dist.training.context import LocalContext
     from cmpnn_dist.training.data import train_data_from_triples
     from cmpnn_dist.training.trainer import Trainer

@@ -49,7 +49,7 @@ def child(preset: str, steps: int, warm: int) -> dict:
 
     import torch
 
-    from cmpnn_dist.cli import compose_config
+    from cmpnn_dist.cli.common import compose_config
     from cmpnn_dist.convert.prepare import ensure_dataset
     from cmpnn_dist.training.context import LocalContext
     from cmpnn_dist.training.data import load_train_data

@@ -93,7 +93,7 @@ class Tape(TorchDispatchMode):
 
 def probe(spec: str, store: str) -> tuple[int, dict[str, tuple[int, float]], str]:
     """(ops recorded, {op: (outputs that differ, max abs difference)}, why not invariant)."""
-    from cmpnn_dist.cli import compose_config
+    from cmpnn_dist.cli.common import compose_config
     from cmpnn_dist.convert.prepare import ensure_dataset
     from cmpnn_dist.training.context import LocalContext
     from cmpnn_dist.training.data import load_train_data

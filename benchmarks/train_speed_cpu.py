@@ -56,7 +56,7 @@ def child_ours(agg: str, threads: str, n_warm: int, n_timed: int, storage: str) 
     """Time ``n_timed`` training steps of ours in this process (after ``n_warm``)."""
     import torch
 
-    from cmpnn_dist.cli import compose_config
+    from cmpnn_dist.cli.common import compose_config
     from cmpnn_dist.convert.prepare import ensure_dataset
     from cmpnn_dist.storage import open_dataset
     from cmpnn_dist.training.context import LocalContext

@@ -129,14 +129,14 @@ def _trace(run: object) -> dict[str, object]:
 
 
 def walk_predict(scratch: Path) -> dict[str, object]:
-    from cmpnn_dist.predict.loading import load_model
+    from cmpnn_dist.runs.load import load_model
 
     run = scratch / "storage" / "runs" / "w"
     return _trace(lambda: load_model(run, [f"storage_root={scratch / 'storage'}"]))
 
 
 def walk_train(scratch: Path) -> dict[str, object]:
-    from cmpnn_dist.train import _main
+    from cmpnn_dist.cli.train import _main
     from cmpnn_dist.training.trainer import Trainer
 
     def first_step(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003

@@ -299,7 +299,7 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     # storage root: datasets under <root>/datasets, runs and checkpoints under <root>/runs;
-    # default $CMPNN_STORAGE_ROOT, else ./storage, made absolute (training/run_folder.py)
+    # default $CMPNN_STORAGE_ROOT, else ./storage, made absolute (runs/folder.py)
     storage_root: str = field(default_factory=lambda: default_storage_root())
     data_root: str = "../shared/data"  # where reference TSV graphs are read from
     run_name: str | None = None  # None: a fresh timestamped name
@@ -310,7 +310,7 @@ _REGISTERED_CHOICES: dict[str, list[Any]] = {}
 
 # names that are not choices but were used for one: given in a config, each is refused with its
 # line; in a run config saved in a checkpoint, each reads as SAVED_CHOICE_NAMES says
-# (cmpnn_dist/training/restore.py), so the run evaluates as it did
+# (cmpnn_dist/runs/restore.py), so the run evaluates as it did
 RETIRED_CHOICES: dict[str, dict[str, str]] = {
     "eval.hits_negatives_rule": {
         "torchdrug": "names NBFNet-PyG's C(49, i) rule (script/run.py), not TorchDrug's; use "

@@ -7,7 +7,7 @@ Importing ``a.b`` also runs ``a/__init__.py``; that implicit edge is not counted
 submodule would otherwise "import" its package).
 
 ``LAYERS`` is the order of ``docs/design.md``, lowest first: a module may import its own layer
-and the ones below it; entry points (``ENTRY_POINTS`` and every ``__main__``) may import
+and the ones below it; entry points (``cmpnn_dist.cli`` and the ``-m`` aliases) may import
 anything and are imported by no library module.
 """
 
@@ -33,13 +33,17 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("convert", ("cmpnn_dist.convert",)),
     ("ops", ("cmpnn_dist.ops",)),
     ("model", ("cmpnn_dist.model",)),
-    ("evaluation", ("cmpnn_dist.evaluation", "cmpnn_dist.sweep")),
+    ("evaluation", ("cmpnn_dist.evaluation",)),
+    ("runs", ("cmpnn_dist.runs",)),
     ("training", ("cmpnn_dist.training",)),
     ("distributed", ("cmpnn_dist.distributed",)),
     ("applications", ("cmpnn_dist.predict", "cmpnn_dist.wl", "cmpnn_dist.serve")),
 ]  # fmt: skip
-ENTRY_POINTS = (
-    "cmpnn_dist.cli", "cmpnn_dist.train", "cmpnn_dist.evaluate", "cmpnn_dist.report",
+# the commands (``cmpnn_dist.cli`` and its modules) and their ``-m`` aliases (besides every
+# ``__main__``): four-line modules that import ``main`` from ``cmpnn_dist.cli``
+COMMANDS = "cmpnn_dist.cli"
+ALIASES = (
+    "cmpnn_dist.train", "cmpnn_dist.evaluate", "cmpnn_dist.report", "cmpnn_dist.sweep",
     "cmpnn_dist.predict.batch",
 )  # fmt: skip
 
@@ -98,8 +102,13 @@ def _ours(name: str) -> bool:
     return name == PACKAGE or name.startswith(PACKAGE + ".")
 
 
+def is_alias(name: str) -> bool:
+    """A ``python -m`` name of a command: ``ALIASES`` and every ``__main__``."""
+    return name in ALIASES or name.endswith(".__main__")
+
+
 def is_entry_point(name: str) -> bool:
-    return name in ENTRY_POINTS or name.endswith(".__main__")
+    return name == COMMANDS or name.startswith(COMMANDS + ".") or is_alias(name)
 
 
 def layer(name: str) -> int:

@@ -40,8 +40,8 @@ TINY = [
 
 def train_tiny(storage_root: str, run_name: str = "tiny", extra: list[str] | None = None) -> Any:
     """Train the tiny run in this process through the CLI's own entry; returns its summary."""
-    from cmpnn_dist.cli import compose_config
-    from cmpnn_dist.train import train
+    from cmpnn_dist.cli.common import compose_config
+    from cmpnn_dist.cli.train import train
 
     argv = [f"storage_root={storage_root}", f"run_name={run_name}", *TINY, *(extra or [])]
     cfg = compose_config("default", argv)
@@ -77,8 +77,8 @@ def run_files(folder: Path) -> set[str]:
 INTERRUPT_CHILD = textwrap.dedent(
     """
     import os, sys
-    from cmpnn_dist.cli import run_cli
-    from cmpnn_dist.train import _main
+    from cmpnn_dist.cli.common import run_cli
+    from cmpnn_dist.cli.train import _main
     from cmpnn_dist.training.trainer import Trainer
 
     signum, at = int(sys.argv[1]), int(sys.argv[2])
@@ -111,7 +111,7 @@ def hold_lock(run: Path, then: str = "time.sleep(600)") -> subprocess.Popen:
     says so, then runs the Python statement ``then`` (``""``: it exits holding the lock, as
     a run killed with SIGKILL leaves it).  The caller kills it."""
     code = (
-        "import sys, time; from cmpnn_dist.training.run_folder import RunLock; "
+        "import sys, time; from cmpnn_dist.runs.folder import RunLock; "
         f"RunLock(sys.argv[1]).acquire(); print('locked', flush=True); {then}"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}

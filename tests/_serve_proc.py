@@ -5,7 +5,7 @@
 it makes its own), logs its output to a file, and answers HTTP requests as JSON.
 :meth:`ServerProcess.left_behind` lists what is still alive of it: the processes of its
 session, the descendants seen in the last :meth:`ServerProcess.snapshot`, and its watcher
-(``cmpnn_dist.distributed.reaper``, in a session of its own).  Read from ``/proc``.
+(``cmpnn_dist.cli.reaper``, in a session of its own).  Read from ``/proc``.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ class ServerProcess:
         alive.update(
             (p, r) for p, r in self.seen.items() if table.get(p, {}).get("start") == r["start"]
         )
-        watcher = f"cmpnn_dist.distributed.reaper {self.proc.pid} "
+        watcher = f"cmpnn_dist.cli.reaper {self.proc.pid} "
         alive.update((p, r) for p, r in table.items() if watcher in r["cmd"] + " ")
         return [f"{p} {r['cmd'][:120]}" for p, r in sorted(alive.items())]
 

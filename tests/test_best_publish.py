@@ -4,7 +4,7 @@ A forked child publishes a new, better checkpoint (:meth:`CheckpointStore.publis
 commit, update ``best``, prune) with an audit hook that kills it (``os._exit``) at the k-th
 file operation (every ``open``, rename, link, mkdir, remove, rmtree), for k = 1, 2, ... until
 one run completes.  After each kill a reader (what ``evaluate`` / ``predict`` on ``.../best``
-run: :func:`~cmpnn_dist.training.checkpoint_reader.read_checkpoint`) gets the old best, the
+run: :func:`~cmpnn_dist.runs.checkpoint_reader.read_checkpoint`) gets the old best, the
 new one or -- ``best`` half-published -- the newest complete checkpoint with one line saying
 so, and changes nothing in the run folder; then :meth:`CheckpointStore.repair_best` (run at
 every resume, by the run lock's holder) must leave a ``best`` whose manifest and sha256 sums
@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from cmpnn_dist.training.checkpoint import read_manifest, save_checkpoint
-from cmpnn_dist.training.checkpoint_reader import read_checkpoint
-from cmpnn_dist.training.checkpoint_store import CheckpointStore
+from cmpnn_dist.runs.checkpoint import read_manifest, save_checkpoint
+from cmpnn_dist.runs.checkpoint_reader import read_checkpoint
+from cmpnn_dist.runs.checkpoint_store import CheckpointStore
 
 pytestmark = pytest.mark.integration  # CLI runs, Ray or kill tests
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cmpnn_dist.cli import compose_config
+from cmpnn_dist.cli.common import compose_config
 from cmpnn_dist.config import Config
 from cmpnn_dist.training.data import train_data_from_triples
 from cmpnn_dist.training.validation import check_eval_options

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cmpnn_dist.training.checkpoint import load_checkpoint
+from cmpnn_dist.runs.checkpoint import load_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))

@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from cmpnn_dist.training.checkpoint import (
+from cmpnn_dist.runs.checkpoint import (
     CheckpointError,
     is_fatal_os_error,
     load_checkpoint,
     read_manifest,
     save_checkpoint,
 )
-from cmpnn_dist.training.checkpoint_store import (
+from cmpnn_dist.runs.checkpoint_store import (
     ENV_SCRATCH,
     CheckpointStore,
     scratch_dir,
@@ -325,7 +325,7 @@ def test_a_checkpoint_saved_before_a_model_option_existed_still_resumes():
     such as model.init_noise or model.propagation) resumes under the options' defaults, which
     is what it trained with, and is refused under any other value."""
     from cmpnn_dist.config import Config, config_to_dict
-    from cmpnn_dist.training.restore import check_resumable
+    from cmpnn_dist.runs.restore import check_resumable
 
     ckpt = LEGACY / "step_00000004-0a1b2c3d"
     state = torch.load(ckpt / "state.pt", weights_only=False, map_location="cpu")

@@ -1,4 +1,4 @@
-"""Readers of a run folder (:func:`cmpnn_dist.training.checkpoint_reader.read_checkpoint`):
+"""Readers of a run folder (:func:`cmpnn_dist.runs.checkpoint_reader.read_checkpoint`):
 read-only, and a checkpoint pruned or ``best`` half-published under them is one line.
 
 The writer's side is the real :class:`CheckpointStore` (save, publish, prune); the race of
@@ -17,9 +17,9 @@ import torch
 from test_best_publish import snapshot
 
 from cmpnn_dist.errors import UsageError
-from cmpnn_dist.training.checkpoint import CheckpointError, read_manifest, save_checkpoint
-from cmpnn_dist.training.checkpoint_reader import read_checkpoint
-from cmpnn_dist.training.checkpoint_store import CheckpointStore
+from cmpnn_dist.runs.checkpoint import CheckpointError, read_manifest, save_checkpoint
+from cmpnn_dist.runs.checkpoint_reader import read_checkpoint
+from cmpnn_dist.runs.checkpoint_store import CheckpointStore
 
 
 def _publish(store: CheckpointStore, step: int, score: float, keep_last: int = 1) -> Path:
@@ -66,7 +66,7 @@ def test_a_run_folder_pruned_under_the_reader_gives_the_newest_with_one_line(tmp
 
 
 def test_a_named_checkpoint_pruned_while_read_falls_back_with_one_line(tmp_path, monkeypatch):
-    from cmpnn_dist.training import checkpoint_reader
+    from cmpnn_dist.runs import checkpoint_reader
 
     run = tmp_path / "run"
     store = CheckpointStore(run)

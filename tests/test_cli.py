@@ -67,7 +67,7 @@ def test_evaluate_checkpoint_reproduces_test_metrics(trained):
     assert ev["test"]["mrr"] == pytest.approx(out["test"]["mrr"], abs=1e-6)
     assert ev["valid"]["mrr"] == pytest.approx(out["valid"]["mrr"], abs=1e-6)
     # stderr: the table training ended with (the same weights, so the same rows), not one line
-    from cmpnn_dist.train import summary_table
+    from cmpnn_dist.cli.train import summary_table
 
     printed = proc.stderr.splitlines()
     start = next(i for i, line in enumerate(printed) if line.startswith("evaluated "))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cmpnn_dist.cli import (
+from cmpnn_dist.cli.common import (
     UsageError,
     available_presets,
     compose_config,

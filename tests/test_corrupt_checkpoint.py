@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from _real_run import history, train_tiny
 
-from cmpnn_dist.cli import run_cli
-from cmpnn_dist.training.checkpoint import read_manifest
+from cmpnn_dist.cli.common import run_cli
+from cmpnn_dist.runs.checkpoint import read_manifest
 from cmpnn_dist.training.trainer import Trainer
 
 SHORT = ["checkpoint.keep_last=1", "train.max_steps=10"]
@@ -141,14 +141,14 @@ def test_both_corrupt_is_one_line_and_a_fresh_start(folders, capfd):
 
 
 def _evaluate_main():
-    from cmpnn_dist.evaluate import _main
+    from cmpnn_dist.cli.evaluate import _main
 
     return _main
 
 
 def test_readers_use_best_when_the_newest_step_is_corrupt(folders, capfd):
     """``evaluate`` and ``predict`` on the run folder: best's weights, one line, read-only."""
-    from cmpnn_dist.predict.__main__ import _main as predict_main
+    from cmpnn_dist.cli.predict import _main as predict_main
 
     run = _case(folders, "readers", ["step_00000020"])
     before = sorted((p.relative_to(run).as_posix(), p.stat().st_mtime_ns) for p in run.rglob("*"))

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from cmpnn_dist.cli import compose_config, run_cli
+from cmpnn_dist.cli.common import compose_config, run_cli
 from cmpnn_dist.convert import build_dataset
-from cmpnn_dist.convert import source as src
+from cmpnn_dist.convert import provenance as src
 from cmpnn_dist.convert.prepare import ensure_dataset
 from cmpnn_dist.errors import UsageError
 from cmpnn_dist.storage import open_dataset
@@ -167,7 +167,7 @@ def test_rebuild_true_forces_a_rebuild(tmp_path, raw, capsys):
 
 
 def test_missing_source_is_one_line_exit_2_through_the_cli(tmp_path, raw, capsys):
-    from cmpnn_dist.train import _main
+    from cmpnn_dist.cli.train import _main
 
     path = ensure_dataset(config(tmp_path, raw))
     first = record(path)["build_id"]
@@ -279,7 +279,7 @@ def test_synthetic_params_are_recorded_and_compared(tmp_path, capsys):
 
 def test_fb237_with_a_wrong_data_root_is_refused(tmp_path, shared_data):
     """``conf=fb237_ind_v1 data_root=/nope`` with a cached copy: refused, not trained on it."""
-    from cmpnn_dist.train import _main
+    from cmpnn_dist.cli.train import _main
 
     storage = f"storage_root={tmp_path}"
     path = ensure_dataset(compose_config("fb237_ind_v1", [storage]))

@@ -92,7 +92,7 @@ def run_cli(root: Path, run: str, cwd: Path, prefix: list[str]):
 def straight(tmp_path_factory):
     """The dataset (built, then stamped so no run writes the stamp), and one straight run of
     the command traced like the injected ones: its calls, summary and history."""
-    from cmpnn_dist.cli import compose_config
+    from cmpnn_dist.cli.common import compose_config
     from cmpnn_dist.convert.prepare import ensure_dataset
     from cmpnn_dist.storage import integrity, open_dataset
 
@@ -140,7 +140,7 @@ def leftovers(run_dir: Path) -> list[str]:
     ids=[c[0] for c in CASES],
 )
 def test_no_space_at_one_write(straight, case, syscall, pattern, occurrence, names):
-    from cmpnn_dist.training.checkpoint import list_checkpoints, load_checkpoint
+    from cmpnn_dist.runs.checkpoint import list_checkpoints, load_checkpoint
 
     root, base, calls = straight["root"], straight["base"], straight["calls"]
     straight_dir = str(root / "runs" / "straight")
@@ -168,8 +168,8 @@ def test_no_space_at_one_write(straight, case, syscall, pattern, occurrence, nam
     assert load_checkpoint(found[-1][1])["step"] == found[-1][0]
 
     # the same command again, space available: here in this process (the CLI's own entry)
-    from cmpnn_dist.cli import compose_config
-    from cmpnn_dist.train import train
+    from cmpnn_dist.cli.common import compose_config
+    from cmpnn_dist.cli.train import train
 
     argv = [f"storage_root={root}", f"run_name={case}", *ARGS]
     summary = json.loads(json.dumps(train(compose_config("default", argv), argv), default=str))

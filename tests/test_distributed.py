@@ -37,8 +37,8 @@ from _ray_head import Head
 
 from cmpnn_dist.config import Config
 from cmpnn_dist.distributed import faults
-from cmpnn_dist.training.checkpoint import MANIFEST, STATE_FILE, load_checkpoint
-from cmpnn_dist.training.checkpoint_store import ENV_SCRATCH, CheckpointStore
+from cmpnn_dist.runs.checkpoint import MANIFEST, STATE_FILE, load_checkpoint
+from cmpnn_dist.runs.checkpoint_store import ENV_SCRATCH, CheckpointStore
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_STEPS = 12

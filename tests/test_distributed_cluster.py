@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from cmpnn_dist.distributed import faults
-from cmpnn_dist.training.checkpoint import MANIFEST, load_checkpoint
-from cmpnn_dist.training.checkpoint_store import CheckpointStore
+from cmpnn_dist.runs.checkpoint import MANIFEST, load_checkpoint
+from cmpnn_dist.runs.checkpoint_store import CheckpointStore
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _ray_head import Head, wait_for  # noqa: E402

@@ -27,7 +27,7 @@ import torch
 from _real_run import logged_train_steps
 
 from cmpnn_dist.distributed import faults
-from cmpnn_dist.training.checkpoint import load_checkpoint, read_manifest
+from cmpnn_dist.runs.checkpoint import load_checkpoint, read_manifest
 
 pytestmark = pytest.mark.slow
 

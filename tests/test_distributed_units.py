@@ -18,9 +18,9 @@ import torch
 from cmpnn_dist.config import Config
 from cmpnn_dist.distributed import faults, remote
 from cmpnn_dist.distributed.driver import DistributedTrainingError, backend_for, check_settings
+from cmpnn_dist.runs.checkpoint import MANIFEST, STATE_FILE, load_checkpoint, save_checkpoint
+from cmpnn_dist.runs.checkpoint_store import CheckpointStore
 from cmpnn_dist.storage.errors import StorageError
-from cmpnn_dist.training.checkpoint import MANIFEST, STATE_FILE, load_checkpoint, save_checkpoint
-from cmpnn_dist.training.checkpoint_store import CheckpointStore
 
 
 def checkpoint_candidates(run: str) -> list[tuple[int, str]]:

@@ -279,7 +279,7 @@ def entry(module: str):
 
 def run_in_process(module: str, args: list[str]) -> tuple[int, str, str]:
     """The command's entry point in this process: (exit status, stdout, stderr)."""
-    from cmpnn_dist.cli import run_cli
+    from cmpnn_dist.cli.common import run_cli
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -296,8 +296,8 @@ def run_in_process(module: str, args: list[str]) -> tuple[int, str, str]:
 
 def compose_check(argv: list[str]) -> None:
     """Compose (and validate) the configuration a training / evaluation command would use."""
-    from cmpnn_dist.cli import compose_config, split_args
-    from cmpnn_dist.sweep import expand
+    from cmpnn_dist.cli.common import compose_config, split_args
+    from cmpnn_dist.runs.sweep import expand
 
     if "--" in argv:
         argv = argv[argv.index("--") + 1 :]
@@ -318,7 +318,7 @@ def compose_check(argv: list[str]) -> None:
         compose_config("default", overrides)
         return
     if module == "cmpnn_dist.predict":
-        from cmpnn_dist.predict.__main__ import SPECIAL
+        from cmpnn_dist.cli.predict import SPECIAL
 
         _, overrides = split_args(args, SPECIAL)
         compose_config("default", overrides)

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from _sockets import descendants
 
-from cmpnn_dist.training.checkpoint_store import CheckpointStore
+from cmpnn_dist.runs.checkpoint_store import CheckpointStore
 
 REPO = Path(__file__).resolve().parents[1]
 ARGS = [

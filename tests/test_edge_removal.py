@@ -151,8 +151,8 @@ def test_query_beats_candidates_on_a_nell_like_split(tmp_path, capsys):
     """Trained through the command's entry point, seeded, one epoch of a 2 x 16 model: with
     ``candidates`` the run says so in one line and ranks the test facts far worse than with
     ``query`` (the model never saw the inverse fact the test graph shows)."""
-    from cmpnn_dist.cli import run_cli
-    from cmpnn_dist.train import _main
+    from cmpnn_dist.cli.common import run_cli
+    from cmpnn_dist.cli.train import _main
 
     raw = write_nell_like(tmp_path / "raw")
     results = {}

@@ -19,15 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from cmpnn_dist.cli import run_cli
+from cmpnn_dist.cli.common import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 CHILD = textwrap.dedent(
     """
     import os, signal, sys
     import cmpnn_dist.training.validation as v
-    from cmpnn_dist.cli import run_cli
-    from cmpnn_dist.evaluate import _main
+    from cmpnn_dist.cli.common import run_cli
+    from cmpnn_dist.cli.evaluate import _main
 
     split = v.evaluate_split
 
@@ -44,7 +44,7 @@ CHILD = textwrap.dedent(
 
 @pytest.mark.integration
 def test_a_killed_evaluation_leaves_nothing_and_the_next_one_publishes_all(real_run, tmp_path):
-    from cmpnn_dist.evaluate import _main
+    from cmpnn_dist.cli.evaluate import _main
 
     run = tmp_path / "run"  # the run as training left it (other tests evaluate the original)
     shutil.copytree(real_run["run_dir"], run, ignore=shutil.ignore_patterns("evaluations"))
@@ -81,7 +81,7 @@ def _files(run: Path) -> dict[str, tuple[int, int]]:
 def test_a_sharded_evaluation_retries_a_killed_worker(real_run, tmp_path, monkeypatch):
     """Worker 1 is SIGKILLed at its first scored batch (once); the group ranks again and the
     result equals the one-process evaluation."""
-    from cmpnn_dist.evaluate import evaluate_checkpoint
+    from cmpnn_dist.cli.evaluate import evaluate_checkpoint
 
     run = tmp_path / "run"
     shutil.copytree(real_run["run_dir"], run)

@@ -47,7 +47,7 @@ def run_dir(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("protocol", ["all", "typed"])
 def test_two_ray_workers_equal_one_process_rank_for_rank(run_dir, protocol):
-    from cmpnn_dist.evaluate import evaluate_checkpoint
+    from cmpnn_dist.cli.evaluate import evaluate_checkpoint
 
     opts = [f"eval.protocol={protocol}", "eval.ties=average", "eval.batch_size=3"]
     run_results = (run_dir / "results.json").read_bytes()

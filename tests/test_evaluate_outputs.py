@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 from _real_run import train_tiny
 
-from cmpnn_dist.cli import run_cli
-from cmpnn_dist.evaluate import _main as evaluate_main
+from cmpnn_dist.cli.common import run_cli
+from cmpnn_dist.cli.evaluate import _main as evaluate_main
 
 
 def _digests(run: Path) -> dict[str, str]:
@@ -104,7 +104,7 @@ def test_a_step_checkpoint_scores_that_steps_weights(tmp_path, capfd):
     "target", ["ranks_test_all.parquet", "metrics.csv", "checkpoints/best/x.csv", "plots/a.png"]
 )
 def test_predict_refuses_to_write_over_a_runs_own_files(real_run, tmp_path, capsys, target):
-    from cmpnn_dist.predict.__main__ import _main as predict_main
+    from cmpnn_dist.cli.predict import _main as predict_main
 
     run = tmp_path / "run"
     shutil.copytree(real_run["run_dir"], run, ignore=shutil.ignore_patterns("evaluations"))

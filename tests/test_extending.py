@@ -23,9 +23,9 @@ import pytest
 import torch
 
 from cmpnn_dist import config as config_module
+from cmpnn_dist.cli.convert import main as convert_main
 from cmpnn_dist.config import Config, ConfigError, ModelConfig, OpsConfig, validate
 from cmpnn_dist.convert import sources
-from cmpnn_dist.convert.__main__ import main as convert_main
 from cmpnn_dist.convert.prepare import ensure_dataset
 from cmpnn_dist.convert.sources import base as source_base
 from cmpnn_dist.errors import UsageError

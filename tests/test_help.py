@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from cmpnn_dist.cli import plain_text, run_cli
+from cmpnn_dist.cli.common import plain_text, run_cli
 
 MARKUP = re.compile(r"`|:[a-z]+:`|::\s*$", re.M)
 
@@ -40,9 +40,9 @@ def _words(text: str) -> list[str]:
 @pytest.mark.parametrize(
     "module, entry",
     [
-        ("cmpnn_dist.train", "_main"), ("cmpnn_dist.evaluate", "_main"),
-        ("cmpnn_dist.report", "_main"), ("cmpnn_dist.predict.__main__", "_main"),
-        ("cmpnn_dist.wl.__main__", "main"),
+        ("cmpnn_dist.cli.train", "_main"), ("cmpnn_dist.cli.evaluate", "_main"),
+        ("cmpnn_dist.cli.report", "_main"), ("cmpnn_dist.cli.predict", "_main"),
+        ("cmpnn_dist.cli.wl", "_main"),
     ],
 )  # fmt: skip
 def test_help_has_no_markup(module, entry, capsys):
@@ -57,7 +57,7 @@ def test_help_has_no_markup(module, entry, capsys):
 
 
 def test_sweep_help_is_usage_not_an_error(capsys):
-    from cmpnn_dist.sweep import main
+    from cmpnn_dist.cli.sweep import main
 
     assert main(["--help"]) == 0
     out = capsys.readouterr().out

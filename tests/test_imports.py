@@ -42,15 +42,15 @@ def climbs(graph: dict[str, frozenset[str]]) -> list[str]:
 def test_the_walk_sees_known_imports():
     graph = imp.imports()
     assert "cmpnn_dist.errors" in graph["cmpnn_dist.config"]  # module level
-    assert "cmpnn_dist.model.build" in graph["cmpnn_dist.training.restore"]  # inside a function
+    assert "cmpnn_dist.model.build" in graph["cmpnn_dist.runs.restore"]  # inside a function
     assert "cmpnn_dist.training.data" in graph["cmpnn_dist.training.trainer"]  # relative
     assert "cmpnn_dist.ops.reductions" in graph["cmpnn_dist.ops.triton_mp"]
 
 
 def test_no_library_module_imports_an_entry_point():
     assert entry_point_imports(imp.imports()) == []
-    bad = {**imp.imports(), "cmpnn_dist.predict.loading": frozenset({"cmpnn_dist.evaluate"})}
-    assert entry_point_imports(bad) == ["cmpnn_dist.predict.loading -> cmpnn_dist.evaluate"]
+    bad = {**imp.imports(), "cmpnn_dist.runs.load": frozenset({"cmpnn_dist.evaluate"})}
+    assert entry_point_imports(bad) == ["cmpnn_dist.runs.load -> cmpnn_dist.evaluate"]
 
 
 def test_every_module_is_in_a_layer_and_none_climbs():
@@ -82,6 +82,126 @@ def test_entry_points_sit_above_every_layer(name):
     assert imp.is_entry_point(name) and imp.layer(name) == len(imp.LAYERS)
 
 
+def _alias_target(path) -> str | None:
+    """The ``cmpnn_dist.cli`` module an alias file imports ``main`` from, when the file is
+    exactly an alias: a docstring, ``from cmpnn_dist.cli.X import main`` and
+    ``if __name__ == "__main__": raise SystemExit(main())``; else None."""
+    import ast
+
+    body = ast.parse(path.read_text()).body
+    if len(body) != 3 or not isinstance(body[0], ast.Expr):
+        return None
+    imp_, guard = body[1], body[2]
+    if not (
+        isinstance(imp_, ast.ImportFrom)
+        and (imp_.module or "").startswith(imp.COMMANDS + ".")
+        and [a.name for a in imp_.names] == ["main"]
+    ):
+        return None
+    if ast.unparse(guard) != "if __name__ == '__main__':\n    raise SystemExit(main())":
+        return None
+    return imp_.module
+
+
+def test_every_command_lives_in_cli_behind_a_four_line_alias():
+    """One form for every entry point: the command in ``cmpnn_dist/cli/<name>.py`` (its
+    ``main``), its ``python -m`` name an alias that holds nothing else; no other module of the
+    package has a ``__main__`` block (a library module is never a command)."""
+    mods = imp.modules()
+    aliases = {m: _alias_target(p) for m, p in mods.items() if imp.is_alias(m)}
+    assert [m for m, target in aliases.items() if target is None] == []
+    commands = {
+        m for m in mods if m.startswith(imp.COMMANDS + ".") and m.rsplit(".", 1)[1] not in
+        ("common", "reaper")  # the plumbing; the reaper is started by the driver, not by users
+    }  # fmt: skip
+    assert sorted(aliases.values()) == sorted(commands)  # one alias per command
+    blocks = [
+        m for m, p in mods.items()
+        if not imp.is_entry_point(m) and '__name__ == "__main__"' in p.read_text()
+    ]  # fmt: skip
+    assert blocks == []
+    bad = imp.ROOT / "cmpnn_dist" / "train.py"
+    assert _alias_target(bad) == "cmpnn_dist.cli.train"
+
+
+SUFFIXES = ("s", "es", "ing", "ion", "ation", "er", "or", "ed")
+
+
+def near_names(modules) -> list[str]:
+    """Sibling library modules whose names differ only by a suffix (``source`` beside
+    ``sources``): what a newcomer cannot tell apart.  Commands and aliases do not count (their
+    names are what users type)."""
+    by_parent: dict[str, set[str]] = {}
+    for m in modules:
+        if not imp.is_entry_point(m) and "." in m:
+            parent, name = m.rsplit(".", 1)
+            by_parent.setdefault(parent, set()).add(name)
+    return sorted(
+        f"{parent}.{a} ~ {parent}.{b}"
+        for parent, names in by_parent.items() for a in names for b in names
+        if a != b and b.startswith(a) and b[len(a):] in SUFFIXES
+    )  # fmt: skip
+
+
+def test_no_two_sibling_modules_differ_only_by_a_suffix():
+    assert near_names(imp.modules()) == []
+    assert near_names(["cmpnn_dist.convert.source", "cmpnn_dist.convert.sources"]) == [
+        "cmpnn_dist.convert.source ~ cmpnn_dist.convert.sources"
+    ]
+
+
+def closure(graph: dict[str, frozenset[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others (lazy imports included)."""
+    seen, todo = set(), [start]
+    while todo:
+        for dep in graph.get(todo.pop(), ()):
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return seen
+
+
+# what loading a model may not reach: the training loop and the Ray Train side
+TRAINING_CODE = ("cmpnn_dist.training", "cmpnn_dist.distributed.driver",
+                 "cmpnn_dist.distributed.worker", "cmpnn_dist.distributed.context")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "start", ["cmpnn_dist.runs.load", "cmpnn_dist.predict.predictor", "cmpnn_dist.serve.engine"]
+)
+def test_loading_a_model_reaches_no_training_code(start):
+    """Prediction and serving read checkpoints through ``runs``: no import path, lazy ones
+    included, from their model loading leads into ``training`` or Ray Train's driver."""
+    graph = imp.imports()
+    assert sorted(m for m in closure(graph, start) if m.startswith(TRAINING_CODE)) == []
+    bad = {
+        **graph,
+        "cmpnn_dist.runs.load": graph["cmpnn_dist.runs.load"] | {"cmpnn_dist.training.loop"},
+    }
+    assert "cmpnn_dist.training.loop" in closure(bad, "cmpnn_dist.predict.predictor")
+
+
+@pytest.mark.integration
+def test_a_loaded_model_brought_in_no_training_module(real_run):
+    """The same, at run time: after ``Predictor.from_checkpoint`` on a real run (a fresh
+    process), ``sys.modules`` holds no training or Ray Train driver module."""
+    code = (
+        "import sys\n"
+        "from cmpnn_dist.predict.predictor import Predictor\n"
+        f"p = Predictor.from_checkpoint({real_run['run_dir']!r})\n"
+        "names = p.dataset.graph_data('train').entity_names\n"
+        "rel = p.dataset.relation_names[0]\n"
+        "assert len(p.predict(head=names[0], relation=rel, topk=2)) == 2\n"
+        f"bad = [m for m in sys.modules if m.startswith({TRAINING_CODE!r})]\n"
+        "assert bad == [], bad\n"
+        "assert 'ray.train' not in sys.modules\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=imp.ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
 @pytest.mark.integration
 def test_validate_runs_without_the_model_and_the_cli_still_applies_message_rules():
     """``config.validate`` imports no model code (the schema knows no registry); the message
@@ -93,7 +213,7 @@ def test_validate_runs_without_the_model_and_the_cli_still_applies_message_rules
         "validate(cfg)  # no registry loaded: only the schema's own checks\n"
         "assert not [m for m in sys.modules if m.startswith('cmpnn_dist.model')], 'model'\n"
         "assert 'torch' not in sys.modules, 'torch'\n"
-        "from cmpnn_dist.cli import compose_config\n"
+        "from cmpnn_dist.cli.common import compose_config\n"
         "from cmpnn_dist.errors import UsageError\n"
         "try:\n"
         "    compose_config('default', ['model.message=rotate', 'model.hidden_dim=31'])\n"

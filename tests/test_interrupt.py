@@ -15,7 +15,7 @@ import pytest
 import torch
 from _real_run import interrupt_tiny, train_tiny
 
-from cmpnn_dist.training.checkpoint import load_checkpoint, read_manifest
+from cmpnn_dist.runs.checkpoint import load_checkpoint, read_manifest
 
 pytestmark = pytest.mark.integration  # CLI runs, Ray or kill tests
 

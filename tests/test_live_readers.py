@@ -32,7 +32,7 @@ import pytest
 import torch
 from _real_run import history
 
-from cmpnn_dist.training.checkpoint import load_checkpoint, read_manifest
+from cmpnn_dist.runs.checkpoint import load_checkpoint, read_manifest
 
 pytestmark = pytest.mark.integration  # CLI runs, Ray or kill tests
 

@@ -282,7 +282,7 @@ def test_ranking_metrics_hand_values():
 
 
 def test_the_rule_is_the_config_key_eval_hits_negatives_rule():
-    from cmpnn_dist.cli import UsageError, compose_config
+    from cmpnn_dist.cli.common import UsageError, compose_config
 
     assert compose_config("fb237_ind_v1", []).eval.hits_negatives_rule == "paper"
     for rule in RULES:
@@ -304,7 +304,7 @@ def test_a_saved_config_naming_torchdrug_reads_as_nbfnet_pyg():
     still wins, and ``torchdrug`` as an override is refused."""
     from cmpnn_dist.config import Config, config_to_dict
     from cmpnn_dist.errors import UsageError
-    from cmpnn_dist.training.restore import config_from_checkpoint
+    from cmpnn_dist.runs.restore import config_from_checkpoint
 
     saved = config_to_dict(Config())
     saved["eval"]["hits_negatives_rule"] = "torchdrug"

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from test_user_errors import _listing, assert_one_error_line, run
 
-from cmpnn_dist.cli import run_cli
-from cmpnn_dist.train import _main as train_main
+from cmpnn_dist.cli.common import run_cli
+from cmpnn_dist.cli.train import _main as train_main
 
 
 def _one_error(capsys) -> str:
@@ -92,7 +92,7 @@ def test_a_mistyped_data_source_says_so_before_building(tmp_path, capsys):
 
 
 def test_wl_help_shows_its_own_usage_not_the_training_keys(capsys):
-    from cmpnn_dist.wl.__main__ import main
+    from cmpnn_dist.cli.wl import main
 
     assert run_cli(main, ["--help"]) == 0
     out = capsys.readouterr().out

@@ -93,9 +93,9 @@ def test_trisqr_dataset_declares_the_counterpart_negatives(tmp_path):
 def test_train_conf_trisqr_reports_accuracy_beside_mrr(tmp_path):
     """``python -m cmpnn_dist.train conf=trisqr``'s result carries test accuracy, equal to the
     metric recomputed with one forward per fact on the trained model."""
-    from cmpnn_dist.cli import compose_config
+    from cmpnn_dist.cli.common import compose_config
+    from cmpnn_dist.cli.train import summarize
     from cmpnn_dist.convert.prepare import ensure_dataset
-    from cmpnn_dist.train import summarize
     from cmpnn_dist.training.loop import fit
 
     cfg = compose_config("trisqr", [f"storage_root={tmp_path}", "+data.synthetic.num_pairs=6",

@@ -93,14 +93,14 @@ def test_a_run_finished_on_the_card_is_archived_here(tmp_path):
 
 
 def test_a_cells_command_composes_the_config_its_sweep_trial_does(tmp_path):
-    from cmpnn_dist.cli import compose_config, split_args
-    from cmpnn_dist.sweep import expand
+    from cmpnn_dist.cli.common import compose_config, split_args
+    from cmpnn_dist.runs.sweep import expand
 
     for run in ("graIL8_prior/data=wn18rr_ind_v3", "graIL8_seeds/data=fb237_ind_v2,train.seed=2"):
         assert run in run_names()
         sweep = run.split("/")[0]
         # the sweep's own path: the CLI splits conf= / sweep_name=, expands the rest, and
-        # each trial adds its folder (cmpnn_dist/train.py sweep, distributed/sweep.py)
+        # each trial adds its folder (cmpnn_dist/cli/train.py sweep, distributed/tune_trials.py)
         special, overrides = split_args(sweep_command(sweep, tmp_path)[4:], ["conf", "sweep_name"])
         fixed, cells = expand(overrides)
         (cell,) = [c for c in cells if f"{sweep}/{c.cell_id}" == run]

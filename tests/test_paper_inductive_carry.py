@@ -34,8 +34,8 @@ from paper_inductive import (  # noqa: E402
 
 def _best_weights(run: Path) -> dict[str, torch.Tensor]:
     """The best weights the run's newest checkpoint holds (what evaluate / predict load)."""
-    from cmpnn_dist.training.checkpoint import load_checkpoint
-    from cmpnn_dist.training.checkpoint_store import CheckpointStore
+    from cmpnn_dist.runs.checkpoint import load_checkpoint
+    from cmpnn_dist.runs.checkpoint_store import CheckpointStore
 
     return load_checkpoint(CheckpointStore(run).find_latest().path)["best"]["state"]
 
@@ -122,7 +122,7 @@ def test_the_staged_plan_runs_the_cheap_splits_cells_first():
     """``run`` runs the sweeps restricted to the cheap splits before the dear ones: every cell
     of the three sweeps comes up under its own name, the cheap splits' cells (seeds and prior
     included) in a stage before any cell of the dearest split."""
-    from cmpnn_dist.sweep import expand
+    from cmpnn_dist.runs.sweep import expand
 
     seen, stage_of = [], {}
     for i, (name, only) in enumerate(plan()):

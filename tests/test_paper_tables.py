@@ -36,7 +36,7 @@ def test_every_cell_composes_to_the_row_it_is_counted_for(name):
     """Each distinct cell (seeds aside) is composed with the preset as the sweep's trial would
     compose it; the composed config's paper signature, epochs and Hits@10_50 rule are what the
     table reads from the overrides."""
-    from cmpnn_dist.cli import compose_config, split_args
+    from cmpnn_dist.cli.common import compose_config, split_args
 
     seen = set()
     for c in cells(TABLES[name]):

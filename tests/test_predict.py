@@ -28,7 +28,7 @@ COMPOSITION = [t for t in TARGETS if t[3] == 1]  # t0, t1, t3: 2-hop composition
 
 
 def _train(root: Path) -> Path:
-    from cmpnn_dist.train import train
+    from cmpnn_dist.cli.train import train
 
     cfg = Config()
     cfg.storage_root = str(root)
@@ -186,8 +186,8 @@ def test_unknown_names_raise_with_suggestions(predictor):
 
 def _run(*args: str, capsys) -> tuple[int, str, str]:
     """The CLI in this process: ``run_cli`` as ``main()`` calls it -> (status, stdout, stderr)."""
-    from cmpnn_dist.cli import run_cli
-    from cmpnn_dist.predict.__main__ import _main
+    from cmpnn_dist.cli.common import run_cli
+    from cmpnn_dist.cli.predict import _main
 
     capsys.readouterr()
     status = run_cli(_main, list(args))
@@ -351,7 +351,7 @@ def test_loading_a_model_imports_no_training_loop(run_dir, predictor):
         predictor.predict(head=names[0], relation=rels[0], topk=3)["score"].tolist()
     )
     loaded = set(modules.split())
-    assert "cmpnn_dist.training.restore" in loaded  # the checkpoint reader did run
+    assert "cmpnn_dist.runs.restore" in loaded  # the checkpoint reader did run
     training_only = ("loop", "sampler", "trainer", "data", "loss", "builders", "context")
     assert not loaded & {f"cmpnn_dist.training.{m}" for m in training_only}, loaded
     assert ray == "False"

@@ -62,8 +62,8 @@ def _job(*args: str) -> tuple[int, dict | None, str]:
     import contextlib
     import io
 
-    from cmpnn_dist.cli import run_cli
-    from cmpnn_dist.predict.batch import _main
+    from cmpnn_dist.cli.batch import _main
+    from cmpnn_dist.cli.common import run_cli
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -386,7 +386,7 @@ def test_segment_topk_against_a_sort_per_segment():
 
 @pytest.mark.parametrize("preset", ["biokg", "hetionet"])
 def test_pruned_presets_are_the_paper_presets_plus_pruning(preset):
-    from cmpnn_dist.cli import compose_config
+    from cmpnn_dist.cli.common import compose_config
     from cmpnn_dist.config import config_to_dict
 
     base = config_to_dict(compose_config(preset, []))
@@ -426,7 +426,7 @@ def test_checkpoints_from_before_the_priority_key_keep_the_priority_mlp():
     """A saved config without model.prune.priority comes from runs that had the separate MLP
     (its weights are in the checkpoint); new configs keep what they say."""
     from cmpnn_dist.config import Config, config_to_dict
-    from cmpnn_dist.training.restore import config_from_checkpoint
+    from cmpnn_dist.runs.restore import config_from_checkpoint
 
     saved = config_to_dict(Config())
     saved["model"]["propagation"] = "pruned"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from test_training import _assert_same_weights, _train_rows, rule_kg, small_cfg
 
-from cmpnn_dist.training.checkpoint_store import CheckpointStore
+from cmpnn_dist.runs.checkpoint_store import CheckpointStore
 from cmpnn_dist.training.loop import fit
 
 pytestmark = pytest.mark.integration  # CLI runs, Ray or kill tests

@@ -14,7 +14,7 @@ import signal
 import pytest
 from _real_run import interrupt_tiny, train_tiny
 
-from cmpnn_dist.cli import run_cli
+from cmpnn_dist.cli.common import run_cli
 
 pytestmark = pytest.mark.integration  # CLI runs, Ray or kill tests
 
@@ -25,9 +25,9 @@ def _last_json(out: str) -> dict:
 
 @pytest.mark.parametrize("uri", [False, True], ids=["local", "file-uri"])
 def test_the_readme_flow(real_run, tmp_path, capsys, monkeypatch, uri):
-    from cmpnn_dist.evaluate import _main as evaluate
-    from cmpnn_dist.predict.__main__ import _main as predict
-    from cmpnn_dist.report import _main as report
+    from cmpnn_dist.cli.evaluate import _main as evaluate
+    from cmpnn_dist.cli.predict import _main as predict
+    from cmpnn_dist.cli.report import _main as report
 
     base, cwd = tmp_path / "store", tmp_path / "cwd"
     cwd.mkdir()

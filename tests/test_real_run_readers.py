@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cmpnn_dist.cli import run_cli
+from cmpnn_dist.cli.common import run_cli
 
 FULL = "best.best-weights.all-pessimistic.all-queries"  # evaluate's folder for checkpoints/best
 
@@ -22,7 +22,7 @@ def _last_json(out: str) -> dict:
 
 
 def test_report_reads_a_real_run(real_run, capsys):
-    from cmpnn_dist.report import _main
+    from cmpnn_dist.cli.report import _main
 
     run = Path(real_run["run_dir"])
     assert run_cli(_main, [str(run)]) == 0
@@ -43,7 +43,7 @@ def test_report_reads_a_real_run(real_run, capsys):
 
 
 def test_evaluate_best_of_a_real_run_equals_its_training_numbers(real_run, capsys):
-    from cmpnn_dist.evaluate import _main
+    from cmpnn_dist.cli.evaluate import _main
 
     best = Path(real_run["run_dir"]) / "checkpoints" / "best"
     assert (best / "manifest.json").is_file()
@@ -56,8 +56,8 @@ def test_evaluate_best_of_a_real_run_equals_its_training_numbers(real_run, capsy
 
 
 def test_predict_loads_a_real_run(real_run, capsys):
+    from cmpnn_dist.cli.predict import _main
     from cmpnn_dist.predict import Predictor
-    from cmpnn_dist.predict.__main__ import _main
 
     p = Predictor.from_checkpoint(real_run["run_dir"], device="cpu")
     frame = p.predict(head="A::0", relation="t0", topk=3)
@@ -81,9 +81,9 @@ def test_a_file_uri_root_writes_the_same_run_folder_as_a_local_root(real_run, re
 
 
 def test_readers_take_a_file_uri(real_run_uri, capsys):
-    from cmpnn_dist.evaluate import _main as evaluate_main
+    from cmpnn_dist.cli.evaluate import _main as evaluate_main
+    from cmpnn_dist.cli.report import _main as report_main
     from cmpnn_dist.predict import Predictor
-    from cmpnn_dist.report import _main as report_main
 
     run = real_run_uri["run_dir"]
     assert run_cli(report_main, [run]) == 0
@@ -105,8 +105,8 @@ def test_predict_on_an_inductive_run_points_to_graph_test(tmp_path, capsys):
     says graph=test (not a 'closest' training entity); with graph=test it is answered."""
     from _real_run import train_tiny
 
+    from cmpnn_dist.cli.predict import _main
     from cmpnn_dist.predict import Predictor
-    from cmpnn_dist.predict.__main__ import _main
 
     extra = ["data.name=rki", "data.source=synthetic:rule_kg_inductive"]
     out = train_tiny(str(tmp_path), "ind", extra)

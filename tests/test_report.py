@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cmpnn_dist.cli import run_cli
-from cmpnn_dist.report import _main
+from cmpnn_dist.cli.common import run_cli
+from cmpnn_dist.cli.report import _main
 
 COLUMNS = [
     "kind",
@@ -146,7 +146,7 @@ def test_one_validation_point_summary_and_axis(tmp_path, capsys):
     rows); the lone validation point sits on an axis from step 0 to the last step."""
     import matplotlib.pyplot as plt
 
-    from cmpnn_dist.report import read_metrics, validation_figure
+    from cmpnn_dist.cli.report import read_metrics, validation_figure
 
     run = tmp_path / "run"
     rows = _one_validation_rows()
@@ -172,7 +172,7 @@ def test_one_validation_point_summary_and_axis(tmp_path, capsys):
 def test_summary_epochs_without_epochs_done_column(tmp_path, capsys):
     """Older metrics.csv files (no ``epochs_done``): steps / steps per epoch once the first
     epoch is over (the fixture: 12 steps of 4 = 3 epochs); unknown while still in it."""
-    from cmpnn_dist.report import epochs_text, summarize
+    from cmpnn_dist.cli.report import epochs_text, summarize
 
     rows = {"train": [r for r in fixture_rows() if r["kind"] == "train"], "valid": [], "test": []}
     assert summarize(rows)["epochs"] == 3.0 and epochs_text(3.0) == "3 epochs"
@@ -190,7 +190,7 @@ def test_the_legend_hides_no_test_marker(rows):
     import matplotlib.pyplot as plt
     from matplotlib.figure import Figure
 
-    from cmpnn_dist.report import validation_figure
+    from cmpnn_dist.cli.report import validation_figure
 
     data = fixture_rows() if rows == "fixture" else _one_validation_rows()
     by_kind: dict = {"train": [], "valid": [], "test": []}

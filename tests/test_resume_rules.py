@@ -13,7 +13,7 @@ import shutil
 import pytest
 from test_training import Crash, _assert_same_weights, _crash_at, rule_kg, small_cfg
 
-from cmpnn_dist.training.checkpoint import CheckpointError, read_manifest
+from cmpnn_dist.runs.checkpoint import CheckpointError, read_manifest
 from cmpnn_dist.training.loop import fit
 
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from cmpnn_dist.runs import folder as rf
+from cmpnn_dist.runs.checkpoint import list_checkpoints, load_checkpoint
 from cmpnn_dist.storage.errors import StorageError
-from cmpnn_dist.training import run_folder as rf
-from cmpnn_dist.training.checkpoint import list_checkpoints, load_checkpoint
 from cmpnn_dist.training.loop import fit
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -244,7 +244,7 @@ def test_report_shows_the_seconds_trained_over_every_piece(data, tmp_path, monke
     checkpoint: step 10, 9 s trained); the resumed piece trains steps 11 to the end.  The
     report's train seconds are the whole run's (what the last checkpoint counted), not the
     resumed piece's own."""
-    from cmpnn_dist.report import read_metrics, summarize
+    from cmpnn_dist.cli.report import read_metrics, summarize
     from cmpnn_dist.training import trainer
 
     clock = FakeClock()

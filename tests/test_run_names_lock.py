@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from _real_run import TINY, hold_lock
 
-from cmpnn_dist.cli import run_cli
+from cmpnn_dist.cli.common import run_cli
+from cmpnn_dist.cli.train import _main
+from cmpnn_dist.runs.folder import LOCK_FILE, RunLock
+from cmpnn_dist.runs.processes import REUSE_MARGIN_S, identity, started_at, still_running
 from cmpnn_dist.storage import StorageError
-from cmpnn_dist.train import _main
-from cmpnn_dist.training.processes import REUSE_MARGIN_S, identity, started_at, still_running
-from cmpnn_dist.training.run_folder import LOCK_FILE, RunLock
 
 
 @pytest.mark.parametrize(

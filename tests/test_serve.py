@@ -34,7 +34,7 @@ from _serve_proc import proc_table
 from _sockets import Watch, descendants, listening
 from conftest import running_in_ci
 
-from cmpnn_dist.cli import run_cli
+from cmpnn_dist.cli.common import run_cli
 from cmpnn_dist.convert.synthetic.rule_kg import build_rule_kg
 from cmpnn_dist.errors import UsageError
 from cmpnn_dist.predict import Predictor
@@ -501,7 +501,7 @@ def test_a_field_of_the_wrong_type_names_its_json_kind():
 
 
 def test_bad_server_keys_are_one_line(capsys):
-    from cmpnn_dist.serve.__main__ import _main
+    from cmpnn_dist.cli.serve import _main
 
     for args, words in (
         (["serve.port=abc"], "ckpt= is missing"),
@@ -516,7 +516,7 @@ def test_bad_server_keys_are_one_line(capsys):
 
 
 def test_a_taken_port_is_one_line(run_dir, server, capsys):
-    from cmpnn_dist.serve.__main__ import _main
+    from cmpnn_dist.cli.serve import _main
 
     assert run_cli(_main, [f"ckpt={run_dir}", f"serve.port={server.port}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]

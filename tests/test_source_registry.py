@@ -11,11 +11,11 @@ import re
 import pytest
 
 from cmpnn_dist import config as config_module
-from cmpnn_dist.cli import help_text
+from cmpnn_dist.cli.common import help_text
 from cmpnn_dist.config import Config, ConfigError, DataSource, choices, validate
 from cmpnn_dist.convert import build_dataset, sources
 from cmpnn_dist.convert.prepare import ensure_dataset, spec_for
-from cmpnn_dist.convert.source import source_files
+from cmpnn_dist.convert.provenance import source_files
 from cmpnn_dist.convert.sources import base as source_base
 from cmpnn_dist.errors import UsageError
 from cmpnn_dist.storage import open_dataset

@@ -121,7 +121,7 @@ def test_a_stop_source_outside_the_process_stops_a_run_at_the_step_it_answers(tm
     checkpointed (the same ending as a signal: one exception, exit status 143)."""
     from _real_run import TINY
 
-    from cmpnn_dist.train import train_cell
+    from cmpnn_dist.cli.train import train_cell
     from cmpnn_dist.training.interrupt import TrainingInterrupted
 
     polls: list[int] = []

@@ -19,7 +19,7 @@ from _ray_head import Head
 from _real_run import TINY, hold_lock, logged_train_steps
 
 from cmpnn_dist.paper import SPLITS, paper_value, peer_values
-from cmpnn_dist.sweep import expand, report, summarize, write_results_csv
+from cmpnn_dist.runs.sweep import expand, report, summarize, write_results_csv
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -125,7 +125,7 @@ def test_governor_for_reads_the_config():
 
 
 def test_num_threads_is_a_config_key():
-    from cmpnn_dist.cli import compose_config
+    from cmpnn_dist.cli.common import compose_config
 
     assert compose_config("default", []).train.num_threads is None
     assert compose_config("default", ["train.num_threads=1"]).train.num_threads == 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cmpnn_dist.train import summary_table
+from cmpnn_dist.cli.train import summary_table
 
 
 def test_summary_table_rows_match_the_result():
@@ -54,8 +54,8 @@ def test_train_leaves_the_callers_config_as_given(tmp_path, monkeypatch):
 
     from _real_run import TINY
 
-    from cmpnn_dist.cli import compose_config
-    from cmpnn_dist.train import train
+    from cmpnn_dist.cli.common import compose_config
+    from cmpnn_dist.cli.train import train
 
     monkeypatch.chdir(tmp_path)
     cfg = compose_config("default", ["storage_root=relative_store", *TINY])

@@ -16,13 +16,13 @@ import torch
 
 from cmpnn_dist.config import Config
 from cmpnn_dist.model import CMPNN
-from cmpnn_dist.training.checkpoint import (
+from cmpnn_dist.runs.checkpoint import (
     CheckpointError,
     list_checkpoints,
     load_checkpoint,
     read_manifest,
 )
-from cmpnn_dist.training.checkpoint_store import CheckpointStore
+from cmpnn_dist.runs.checkpoint_store import CheckpointStore
 from cmpnn_dist.training.data import TrainData, train_data_from_triples
 from cmpnn_dist.training.loop import evaluate_split, fit
 

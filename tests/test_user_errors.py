@@ -62,8 +62,8 @@ def test_bad_values_are_one_line_in_process(tmp_path):
     import contextlib
     import io
 
-    from cmpnn_dist.cli import run_cli
-    from cmpnn_dist.train import _main
+    from cmpnn_dist.cli.common import run_cli
+    from cmpnn_dist.cli.train import _main
 
     for overrides, needle in BAD_VALUES:
         err = io.StringIO()
@@ -128,8 +128,8 @@ UNKNOWN_KEY = "train.lrr is not a config key; did you mean train.lr?"
 def test_an_unknown_key_is_one_line_with_or_without_plus(tmp_path, override, capsys):
     """Hydra's own hint for an unknown key is to append it with ``+``; the schema declares
     no ``train.lrr``, so the key is refused however it is given, before anything is made."""
-    from cmpnn_dist.cli import run_cli
-    from cmpnn_dist.train import _main
+    from cmpnn_dist.cli.common import run_cli
+    from cmpnn_dist.cli.train import _main
 
     assert run_cli(_main, [f"storage_root={tmp_path}", override]) == 2
     captured = capsys.readouterr()
@@ -151,8 +151,8 @@ def test_an_unknown_key_with_plus_through_the_command_line(tmp_path):
     "overrides", [["train.seed=0,1", "+train.lrr=0.01"], ["+train.lrr=0.01,0.02"]]
 )
 def test_an_unknown_key_in_a_sweep_is_one_line(tmp_path, overrides, capsys):
-    from cmpnn_dist.cli import run_cli
-    from cmpnn_dist.train import _main
+    from cmpnn_dist.cli.common import run_cli
+    from cmpnn_dist.cli.train import _main
 
     assert run_cli(_main, ["-m", f"storage_root={tmp_path}", *overrides]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
@@ -164,9 +164,9 @@ def test_an_unknown_key_in_a_sweep_is_one_line(tmp_path, overrides, capsys):
 def test_evaluate_and_predict_refuse_an_unknown_key(real_run, capsys):
     """Both read a run's saved config and put the overrides on top: ``+`` or not, a key the
     schema does not declare is one line and the run folder is left as it was."""
-    from cmpnn_dist.cli import run_cli
-    from cmpnn_dist.evaluate import _main as evaluate_main
-    from cmpnn_dist.predict.__main__ import _main as predict_main
+    from cmpnn_dist.cli.common import run_cli
+    from cmpnn_dist.cli.evaluate import _main as evaluate_main
+    from cmpnn_dist.cli.predict import _main as predict_main
 
     run_dir = Path(real_run["run_dir"])
     before = _listing(run_dir)
@@ -182,12 +182,12 @@ def test_evaluate_and_predict_refuse_an_unknown_key(real_run, capsys):
 @pytest.mark.parametrize(
     "module, argv, hint",
     [
-        ("cmpnn_dist.predict.__main__", ["head=e0", "relation=b0", "topkk=3"], "topk"),
-        ("cmpnn_dist.predict.__main__", ["head=e0", "relation=b0", "explian=2"], "explain"),
-        ("cmpnn_dist.evaluate", ["weight=last"], "weights"),
-        ("cmpnn_dist.predict.batch", ["relation=b0", "heads=all", "top_kk=3"], "top_k"),
-        ("cmpnn_dist.serve.__main__", ["serve.prot=80"], "serve.port"),
-        ("cmpnn_dist.train", ["cnf=default"], "conf"),
+        ("cmpnn_dist.cli.predict", ["head=e0", "relation=b0", "topkk=3"], "topk"),
+        ("cmpnn_dist.cli.predict", ["head=e0", "relation=b0", "explian=2"], "explain"),
+        ("cmpnn_dist.cli.evaluate", ["weight=last"], "weights"),
+        ("cmpnn_dist.cli.batch", ["relation=b0", "heads=all", "top_kk=3"], "top_k"),
+        ("cmpnn_dist.cli.serve", ["serve.prot=80"], "serve.port"),
+        ("cmpnn_dist.cli.train", ["cnf=default"], "conf"),
     ],
 )
 def test_a_mistyped_command_option_gets_the_closest(real_run, module, argv, hint, capsys):
@@ -195,13 +195,13 @@ def test_a_mistyped_command_option_gets_the_closest(real_run, module, argv, hint
     option meant, before anything is read: the run folder is left as it was."""
     import importlib
 
-    from cmpnn_dist.cli import run_cli
+    from cmpnn_dist.cli.common import run_cli
 
     run_dir = Path(real_run["run_dir"])
     before = _listing(run_dir)
     main = importlib.import_module(module)._main
     bad = argv[-1].partition("=")[0]
-    ckpt = [] if module == "cmpnn_dist.train" else [f"ckpt={run_dir}"]
+    ckpt = [] if module == "cmpnn_dist.cli.train" else [f"ckpt={run_dir}"]
     assert run_cli(main, [*ckpt, *argv]) == 2
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
@@ -215,9 +215,9 @@ def test_a_mistyped_command_option_gets_the_closest(real_run, module, argv, hint
 def test_declared_keys_and_open_maps_are_accepted_with_plus():
     """The negative control: ``+`` on a key inside a declared open map (the synthetic
     generator's parameters) composes, and evaluate accepts ``+`` on a declared key."""
-    from cmpnn_dist.cli import compose_config
+    from cmpnn_dist.cli.common import compose_config
     from cmpnn_dist.config_keys import declared
-    from cmpnn_dist.training.restore import config_from_checkpoint
+    from cmpnn_dist.runs.restore import config_from_checkpoint
 
     cfg = compose_config("default", ["+data.synthetic.num_entities=300"])
     assert cfg.data.synthetic == {"num_entities": 300}

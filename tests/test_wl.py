@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 import torch
 
-from cmpnn_dist.cli import run_cli
+from cmpnn_dist.cli.common import run_cli
+from cmpnn_dist.cli.wl import _main
 from cmpnn_dist.graph import graph_from_triples
 from cmpnn_dist.wl import KG, TESTS, distinguishes, read_kg, run_test
-from cmpnn_dist.wl.__main__ import main
 
 FIXTURES = Path(__file__).parent / "fixtures" / "wl"
 REPO = Path(__file__).resolve().parents[1]
@@ -125,10 +125,10 @@ HIERARCHY = {
 
 
 def run_wl_cli(*args: str) -> subprocess.CompletedProcess:
-    """The CLI in-process (``run_cli(main)``, what ``python -m cmpnn_dist.wl`` runs)."""
+    """The CLI in-process (``run_cli(_main)``, what ``python -m cmpnn_dist.wl`` runs)."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = run_cli(main, list(args))
+        rc = run_cli(_main, list(args))
     return subprocess.CompletedProcess(args, rc, out.getvalue(), err.getvalue())
 
 

@@ -3,7 +3,7 @@ and the build it runs, :func:`build` (a :class:`~cmpnn_dist.convert.sources.Buil
 Arrow dataset folder; :func:`build_dataset` makes the spec from keyword arguments for the
 ``python -m cmpnn_dist.convert`` CLI and scripts).
 
-``ensure_dataset(cfg)`` plans (:func:`cmpnn_dist.convert.source.plan`: use the cached copy,
+``ensure_dataset(cfg)`` plans (:func:`cmpnn_dist.convert.provenance.plan`: use the cached copy,
 rebuild it, or refuse) and, when needed, builds the Arrow dataset from ``cfg.data.source``
 (its registered :mod:`~cmpnn_dist.convert.sources` entry) with :func:`build` (written into a
 hidden sibling folder, then renamed).  Bad input is a :class:`~cmpnn_dist.errors.UsageError`
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from cmpnn_dist.config import Config
 from cmpnn_dist.convert import sources
-from cmpnn_dist.convert.source import SourceMissing, plan, source_record
+from cmpnn_dist.convert.provenance import SourceMissing, plan, source_record
 from cmpnn_dist.convert.sources import BuildSpec
 from cmpnn_dist.errors import UsageError
 from cmpnn_dist.storage import fs
@@ -49,7 +49,7 @@ def ensure_dataset(
     rebuilt atomically, with one line saying why.  A cached dataset's files are checked
     against their sha256 before it is returned (:func:`_checked`).  A source that cannot be
     read is a UsageError unless ``data.allow_missing_source=true``; ``data.rebuild=true``
-    forces a rebuild.  See :mod:`cmpnn_dist.convert.source`.
+    forces a rebuild.  See :mod:`cmpnn_dist.convert.provenance`.
 
     ``check_size(n, where)``: called before a TSV source is built, with an upper bound ``n``
     on its training facts (the non-empty lines of ``where``, its training file), so that a
@@ -130,7 +130,7 @@ def build(spec: BuildSpec, out_dir: str | Path, name: str) -> Path:
     :func:`cmpnn_dist.storage.writer.write_dataset`) and return it.
 
     The manifest's ``source.record`` holds what it was built from (raw files with size, mtime
-    and sha256, the spec's parameters, the converter version; :mod:`cmpnn_dist.convert.source`),
+    and sha256, the spec's parameters, the converter version; :mod:`cmpnn_dist.convert.provenance`),
     taken before the source reads its files, so an edit during the conversion shows next time.
     """
     if spec.num_shards < 1:

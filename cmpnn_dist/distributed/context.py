@@ -1,6 +1,6 @@
 """``RayTrainContext``: the :class:`~cmpnn_dist.training.context.TrainContext` of a Ray worker.
 
-Checkpoints go through :class:`~cmpnn_dist.training.checkpoint_store.CheckpointStore`, the same
+Checkpoints go through :class:`~cmpnn_dist.runs.checkpoint_store.CheckpointStore`, the same
 code as the in-process path, so a Ray run folder and an in-process one look alike
 (``<run>/checkpoints/step_XXXXXXXX``, ``<run>/checkpoints/best``) and ``evaluate`` reads both:
 
@@ -44,10 +44,10 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
+from cmpnn_dist.runs.checkpoint_store import CheckpointStore
+from cmpnn_dist.runs.writer_lock import check_owner, register_writer
 from cmpnn_dist.storage import fs
-from cmpnn_dist.training.checkpoint_store import CheckpointStore
 from cmpnn_dist.training.context import LocalContext
-from cmpnn_dist.training.run_writer import check_owner, register_writer
 
 from . import faults
 from .stop import stop_source

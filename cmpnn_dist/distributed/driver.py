@@ -8,7 +8,7 @@ Where things live: the run folder ``<storage_root>/runs/<run_name>`` (also Ray's
 ``RunConfig(storage_path=<storage_root>/runs, name=run_name)``) holds ``checkpoints/step_<s>``
 and ``checkpoints/best`` (written by rank 0 through ``CheckpointStore``, exactly as in-process),
 ``metrics.csv``, TensorBoard events and ``results.json``.  ``storage_root`` is absolute by now
-(resolved by the CLI, see ``training/run_folder.py``) and may be a shared filesystem or a
+(resolved by the CLI, see ``runs/folder.py``) and may be a shared filesystem or a
 pyarrow URI (``s3://...``); on several nodes it must be visible from all of them.
 
 Resume:
@@ -51,15 +51,14 @@ import logging
 import math
 import os
 import socket
-import time
 from pathlib import Path
 from typing import Any
 
 from cmpnn_dist.errors import UsageError
 from cmpnn_dist.openmp_env import openmp_env
+from cmpnn_dist.runs import folder as rf
+from cmpnn_dist.runs.checkpoint_store import ENV_SCRATCH, CheckpointStore
 from cmpnn_dist.storage import fs
-from cmpnn_dist.training import run_folder as rf
-from cmpnn_dist.training.checkpoint_store import ENV_SCRATCH, CheckpointStore
 from cmpnn_dist.training.interrupt import TrainingInterrupted
 
 from . import crash_report, faults, remote
@@ -245,9 +244,9 @@ def run_distributed(
     Args:
         cfg: the resolved :class:`~cmpnn_dist.config.Config`.
         dataset_path: the Arrow dataset folder: a local / shared path or a pyarrow URI.
-        claim: the run folder, already locked by the caller
-            (:func:`~cmpnn_dist.training.run_folder.claim_run`; the CLI locks it before its
-            first lines); None locks it here.  Released when the run ends.
+        claim: the run folder, already locked by the caller after the checks of a start
+            (:func:`~cmpnn_dist.runs.start.prepare`: the CLI runs them before its first
+            lines); None makes those checks and locks it here.  Released when the run ends.
 
     Returns:
         ``{"run_dir", "valid", "test", "resumed_from_step", "resumed_from", "step",
@@ -260,12 +259,12 @@ def run_distributed(
     from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    check_settings(cfg)
     cl = cfg.cluster
-    if cfg.run_name is None:
-        cfg.run_name = f"{cfg.data.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    cfg.storage_root = rf.resolve_storage_root(cfg.storage_root)  # workers get it absolute
-    rf.check_storage_root(cfg.storage_root)
+    if claim is None:  # called directly, not after runs.prepare (which did these checks)
+        check_settings(cfg)
+        cfg.run_name = rf.default_run_name(cfg)
+        cfg.storage_root = rf.resolve_storage_root(cfg.storage_root)  # workers get it absolute
+        rf.check_storage_root(cfg.storage_root)
     runs = remote.runs_root(cfg.storage_root)
     run_uri = remote.join(runs, cfg.run_name)
     backend = backend_for(cfg)

@@ -13,7 +13,7 @@ command line names the Ray *session folder of that driver* (``--session-dir=...`
 that cluster), each by its pid: all are gone within about 5 s of the driver.  It exits by
 itself once no process of the session is left (after a normal ``ray.shutdown()``).
 
-``python -m cmpnn_dist.distributed.reaper DRIVER_PID SESSION_DIR``.
+Its command: ``python -m cmpnn_dist.cli.reaper DRIVER_PID SESSION_DIR``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from cmpnn_dist.training.processes import identity
+from cmpnn_dist.runs.processes import identity
 
 TERM_GRACE_S = 3.0
 
@@ -107,14 +107,10 @@ def start_reaper(session_dir: str) -> subprocess.Popen | None:
     if not Path("/proc/self/cmdline").exists():
         return None
     return subprocess.Popen(
-        [sys.executable, "-m", "cmpnn_dist.distributed.reaper", str(os.getpid()), session_dir],
+        [sys.executable, "-m", "cmpnn_dist.cli.reaper", str(os.getpid()), session_dir],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # a Ctrl-C to the driver's process group leaves it running
         env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
     )
-
-
-if __name__ == "__main__":
-    watch(int(sys.argv[1]), sys.argv[2])

@@ -17,7 +17,7 @@ keeps the main thread for the signals, with the in-process handlers
   ``ray.shutdown()``, or the end of the driver's job on a cluster it joined).
 
 The stop request reaches the workers through Ray (an actor call), not through files, so it
-works across nodes and with any storage root.  A sweep (``distributed/sweep.py``) does the
+works across nodes and with any storage root.  A sweep (``distributed/tune_trials.py``) does the
 same around Tune's ``fit``: its cells train in Tune trials, which poll a :class:`StopFlag`
 actor (:func:`stop_source`) after each step.
 """

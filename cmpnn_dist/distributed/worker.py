@@ -31,8 +31,8 @@ from typing import Any
 import ray
 import torch
 
+from cmpnn_dist.runs.checkpoint import CheckpointError, is_fatal_os_error
 from cmpnn_dist.storage.errors import StorageError
-from cmpnn_dist.training.checkpoint import CheckpointError, is_fatal_os_error
 from cmpnn_dist.training.interrupt import TrainingInterrupted
 
 from . import faults, remote
@@ -115,7 +115,7 @@ def train_worker(config: dict[str, Any]) -> None:
     run folder, absolute path or URI), ``dataset`` (the dataset folder, absolute path or URI)
     ``outcome`` (an :class:`Outcome` handle, optional) and ``owner`` (the driver's run lock
     record, optional: rank 0 publishes only while the lock is still that driver's, see
-    :mod:`cmpnn_dist.training.run_writer`).
+    :mod:`cmpnn_dist.runs.writer_lock`).
     """
     from cmpnn_dist.storage import open_dataset
     from cmpnn_dist.training.data import load_train_data

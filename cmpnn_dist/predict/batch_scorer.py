@@ -117,8 +117,8 @@ class BatchScorer:
 def make_scorer(setup: ScorerSetup, device: str) -> BatchScorer:
     """Build a worker's scorer: the checkpoint's model (its configuration: dense or pruned
     with its budget) on ``device``, wrapped in a :class:`Predictor` on the job's graph."""
+    from cmpnn_dist.runs.restore import model_from_state
     from cmpnn_dist.storage import open_dataset
-    from cmpnn_dist.training.restore import model_from_state
 
     ds = open_dataset(setup.dataset)
     model = model_from_state(

@@ -119,7 +119,7 @@ class Predictor:
         folder's own weights, else best (as ``evaluate``); ``overrides``:
         ``key=value`` config overrides (``storage_root=...`` when the run moved).
         """
-        from cmpnn_dist.predict.loading import load_model
+        from cmpnn_dist.runs.load import load_model
 
         overrides = list(overrides)
         if not any(o.split("=", 1)[0].lstrip("+") == "train.device" for o in overrides):

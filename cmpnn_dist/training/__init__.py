@@ -1,9 +1,9 @@
-"""Single-process training core: data, sampler, loss, checkpoints, contexts and ``fit``.
+"""Single-process training core: data, sampler, loss, contexts and ``fit``.
 
-See docs/design.md; the Ray workers run :func:`fit` with their own ``TrainContext``.
-Importing this package loads none of its modules: the names below load theirs on first use,
-so reading a checkpoint (``training.restore``, for ``predict`` and ``evaluate``) brings in
-the checkpoint code and the model, not the loop, the sampler or the trainer.
+See docs/design.md; the Ray workers run :func:`fit` with their own ``TrainContext``.  The run
+folder and its checkpoints are :mod:`cmpnn_dist.runs` (below this layer: prediction and
+serving read checkpoints without importing it).  Importing this package loads none of its
+modules: the names below load theirs on first use.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from typing import Any
 
 _MODULE_OF = {
     "Batch": "sampler",
-    "CheckpointError": "checkpoint",
-    "CheckpointStore": "checkpoint_store",
     "FitResult": "loop",
     "LocalContext": "context",
     "QuerySampler": "sampler",
@@ -23,18 +21,14 @@ _MODULE_OF = {
     "TrainData": "data",
     "evaluate_split": "loop",
     "fit": "loop",
-    "load_checkpoint": "checkpoint",
     "load_train_data": "data",
     "resolve_device": "context",
-    "save_checkpoint": "checkpoint",
     "self_adversarial_bce": "loss",
     "train_data_from_triples": "data",
 }
 
 __all__ = [
     "Batch",
-    "CheckpointError",
-    "CheckpointStore",
     "FitResult",
     "LocalContext",
     "QuerySampler",
@@ -43,10 +37,8 @@ __all__ = [
     "TrainData",
     "evaluate_split",
     "fit",
-    "load_checkpoint",
     "load_train_data",
     "resolve_device",
-    "save_checkpoint",
     "self_adversarial_bce",
     "train_data_from_triples",
 ]

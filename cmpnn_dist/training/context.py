@@ -45,12 +45,12 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import Tensor, nn
 
+from cmpnn_dist.runs.checkpoint_store import CheckpointStore
+from cmpnn_dist.runs.folder import is_nonempty_dir, move_aside
 from cmpnn_dist.storage import fs
 from cmpnn_dist.storage.atomic import append_text, failing_writes, write_atomic
 
-from .checkpoint_store import CheckpointStore
 from .interrupt import StopRequests
-from .run_folder import is_nonempty_dir, move_aside
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ def resolve_device(name: str) -> torch.device:
 
 class LocalContext:
     """One process: checkpoints under ``<run_dir>/checkpoints/step_XXXXXXXX`` (and ``best``, see
-    :mod:`~cmpnn_dist.training.checkpoint_store`), metrics in ``<run_dir>/metrics.csv`` and
+    :mod:`~cmpnn_dist.runs.checkpoint_store`), metrics in ``<run_dir>/metrics.csv`` and
     TensorBoard event files under ``<run_dir>/tensorboard``.
 
     The run folder is created at the first write, so a start that fails before training

@@ -35,7 +35,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +53,10 @@ __all__ = ["FitResult", "evaluate_split", "fit", "default_run_dir"]
 
 
 def default_run_dir(cfg: Any) -> str:
-    name = cfg.run_name or datetime.now().strftime("%Y%m%d-%H%M%S")
-    return f"{str(cfg.storage_root).rstrip('/')}/runs/{name}"
+    """``<storage_root>/runs/<run name>`` (:func:`~cmpnn_dist.runs.folder.default_run_name`)."""
+    from cmpnn_dist.runs.folder import default_run_name, run_folder
+
+    return run_folder(str(cfg.storage_root), default_run_name(cfg))
 
 
 def fit(

@@ -19,15 +19,15 @@ import torch
 from torch import nn
 
 from cmpnn_dist.config import config_to_dict
+from cmpnn_dist.runs.checkpoint import load_checkpoint, save_checkpoint
+from cmpnn_dist.runs.restore import check_resumable
+from cmpnn_dist.runs.resume_keys import check_resume
 
 from .builders import autocast, build_loss, build_lr_scheduler, build_optimizer
-from .checkpoint import load_checkpoint, save_checkpoint
 from .context import TrainContext
 from .data import TrainData
 from .failure import mark_step
 from .interrupt import TrainingInterrupted
-from .restore import check_resumable
-from .resume_keys import check_resume
 from .rng import capture_rng_state, restore_rng_state
 from .sampler import QuerySampler
 from .validation import check_eval_options, evaluate_split

@@ -9,7 +9,7 @@ the schema's accepted ``data.source`` values (:func:`cmpnn_dist.config.register_
 A source's ``convert(spec)`` reads (or generates) the graph described by a :class:`BuildSpec`
 (every input of a build, one typed object) and returns the keyword arguments of
 :func:`cmpnn_dist.storage.writer.write_dataset` (no files written); ``files(raw)`` names the
-raw files it reads, which the dataset's source record hashes (:mod:`cmpnn_dist.convert.source`).
+raw files it reads, which the dataset's source record hashes (:mod:`cmpnn_dist.convert.provenance`).
 """
 
 from __future__ import annotations

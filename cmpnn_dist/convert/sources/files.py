@@ -1,5 +1,5 @@
 """Raw-file helpers for a source's ``files``: the files a build reads, each hashed into the
-dataset's source record (:mod:`cmpnn_dist.convert.source`), or :class:`SourceMissing` naming the
+dataset's source record (:mod:`cmpnn_dist.convert.provenance`), or :class:`SourceMissing` naming the
 first that is not there."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Run the cells of a sweep (:mod:`cmpnn_dist.sweep`) as Ray Tune trials on the Ray cluster.
+"""Run the cells of a sweep (:mod:`cmpnn_dist.runs.sweep`) as Ray Tune trials on the Ray cluster.
 
 Why Ray Tune and not a Hydra launcher: the Ray launcher plugin for Hydra pins old Ray
 releases and submits each cell through its own cluster start-up, while Tune is part of
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cmpnn_dist.sweep import Cell, cell_result, sweep_dir, write_json, write_results_csv
+from cmpnn_dist.runs.sweep import Cell, cell_result, sweep_dir, write_json, write_results_csv
 
 from .driver import _init_ray
 from .stop import WorkersDidNotStop, fit_until_stopped, new_stop_flag, stop_source

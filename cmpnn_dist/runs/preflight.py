@@ -7,11 +7,11 @@ every check below has passed, so a refused run is one ``error:`` line and nothin
    (``train.batch_size``) is refused before it is built (:func:`check_batch`, called by
    :func:`~cmpnn_dist.convert.prepare.ensure_dataset`); any dataset, built or cached, is
    checked again on the training-fact count of its manifest (:func:`check_dataset`);
-2. the run folder is free (the run lock, :func:`~cmpnn_dist.training.run_folder.claim_run`);
+2. the run folder is free (the run lock, :func:`~cmpnn_dist.runs.folder.claim_run`);
 3. a resume continues the run that wrote the checkpoint: the newest valid checkpoint's
    config and data sizes pass the same rules the trainer applies when it restores it
-   (:func:`check_resume_point`: :func:`~cmpnn_dist.training.resume_keys.check_resume`,
-   :func:`~cmpnn_dist.training.restore.check_resumable`).
+   (:func:`check_resume_point`: :func:`~cmpnn_dist.runs.resume_keys.check_resume`,
+   :func:`~cmpnn_dist.runs.restore.check_resumable`).
 
 Before 2, :func:`finished_summary` recognises a run that is finished for this config: the
 command then trains nothing, changes nothing and says so in one line.

@@ -17,14 +17,14 @@ def load_model(
 
     ``path``: a checkpoint folder or a run folder (its newest valid checkpoint);
     ``weights``: ``best`` (by validation MRR, when the checkpoint holds it) or ``last``;
-    None: a step folder's own, else best (:func:`~cmpnn_dist.training.restore.default_weights`).
+    None: a step folder's own, else best (:func:`~cmpnn_dist.runs.restore.default_weights`).
     """
-    from cmpnn_dist.storage import open_dataset
-    from cmpnn_dist.training.restore import (
+    from cmpnn_dist.runs.restore import (
         default_weights,
         load_checkpoint_config,
         model_from_state,
     )
+    from cmpnn_dist.storage import open_dataset
 
     weights = weights or default_weights(path)
     if weights not in ("best", "last"):

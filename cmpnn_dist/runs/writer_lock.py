@@ -1,6 +1,6 @@
 """One writer per run folder, also when the writer is not the process that holds the lock.
 
-Under Ray the driver holds ``<run>/.lock`` (:class:`~cmpnn_dist.training.run_folder.RunLock`)
+Under Ray the driver holds ``<run>/.lock`` (:class:`~cmpnn_dist.runs.folder.RunLock`)
 while rank 0 of its Ray Train workers, another process, writes the checkpoints, the metrics
 and ``results.json``.  A driver killed with SIGKILL leaves its workers running for a moment
 (until Ray or the reaper stops them), and a new driver could take the lock over meanwhile.

@@ -48,8 +48,8 @@ class EvalContext:
 
 def eval_worker(config: dict[str, Any]) -> None:
     """Ray Train's ``train_loop_per_worker`` for evaluation."""
+    from cmpnn_dist.runs.restore import model_from_state
     from cmpnn_dist.training.data import load_train_data
-    from cmpnn_dist.training.restore import model_from_state
     from cmpnn_dist.training.validation import evaluate_splits
 
     cfg = config["cfg"]

@@ -4,7 +4,7 @@ A checkpoint continues the run that wrote it only when the keys that shape that 
 same: every ``model.*`` key, and ``train.{seed, lr, batch_size, num_negatives, negatives,
 adversarial_temperature, lr_schedule, warmup_steps, precision, remove_query_edges}``.  A
 change is one error naming each key (``train.lr: 0.005 in the checkpoint, 0.01 now``), raised
-as :class:`~cmpnn_dist.training.checkpoint.CheckpointError` (exit status 2, never retried).
+as :class:`~cmpnn_dist.runs.checkpoint.CheckpointError` (exit status 2, never retried).
 
 The run's length (``train.epochs``, ``train.max_steps``) may change:
 

@@ -5,7 +5,7 @@ the trainer's resume all go through here:
 
 * :func:`load_checkpoint_config` -- what evaluate and predict take, in one call: the checkpoint
   read whole (a checkpoint folder, or the newest complete one of a run folder; read-only, safe
-  beside a live run: :mod:`~cmpnn_dist.training.checkpoint_reader`), its state, the run's
+  beside a live run: :mod:`~cmpnn_dist.runs.checkpoint_reader`), its state, the run's
   config with overrides;
 * :func:`config_from_checkpoint` -- the run's saved config with overrides on top, validated;
 * :func:`model_from_state` -- the configured model with the checkpoint's best / last weights
@@ -14,7 +14,7 @@ the trainer's resume all go through here:
 
 Errors a person must fix are :class:`~cmpnn_dist.errors.UsageError` (``config_from_checkpoint``,
 ``load_checkpoint_config``), ``ValueError`` (``model_from_state``: the caller names the checkpoint)
-or :class:`~cmpnn_dist.training.checkpoint.CheckpointError` (``check_resumable``).
+or :class:`~cmpnn_dist.runs.checkpoint.CheckpointError` (``check_resumable``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def load_checkpoint_config(
     """``(where the checkpoint was read, its state, the run's config with overrides)`` for a
     checkpoint folder, a run folder or its ``checkpoints`` folder (the newest complete
     checkpoint), local or a URI.  Read-only and safe beside the run writing that folder:
-    :func:`~cmpnn_dist.training.checkpoint_reader.read_checkpoint`."""
+    :func:`~cmpnn_dist.runs.checkpoint_reader.read_checkpoint`."""
     from .checkpoint_reader import read_checkpoint
 
     loaded = read_checkpoint(path)

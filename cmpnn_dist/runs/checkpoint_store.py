@@ -9,7 +9,7 @@ Ray workers' ``RayTrainContext``) and ``python -m cmpnn_dist.evaluate`` go throu
     metrics.csv, tensorboard/, results.json
 
 * **write**: the main rank writes ``write_path(step)`` with
-  :func:`~cmpnn_dist.training.checkpoint.save_checkpoint` (temp folder, fsync, manifest last,
+  :func:`~cmpnn_dist.runs.checkpoint.save_checkpoint` (temp folder, fsync, manifest last,
   rename: atomic on a local or shared filesystem) and calls :meth:`commit`, which for a pyarrow
   URI (``s3://``, ``gs://``, ``file://``) uploads the files and the manifest *last*, so a
   checkpoint counts only once its manifest is there in both cases;
@@ -28,9 +28,9 @@ Ray workers' ``RayTrainContext``) and ``python -m cmpnn_dist.evaluate`` go throu
   copy is a real one (its own files, fsync'ed; never a hard link to the step's file, so one
   damaged file cannot take both) swapped in with a rename;
 * **one writer**: only the process that holds the run lock
-  (:class:`~cmpnn_dist.training.run_folder.RunLock`) publishes, prunes, repairs ``best`` and
+  (:class:`~cmpnn_dist.runs.folder.RunLock`) publishes, prunes, repairs ``best`` and
   drops interrupted writes (:meth:`publish`, :meth:`resume_point`).  Readers (``evaluate``,
-  ``predict``) go through :mod:`~cmpnn_dist.training.checkpoint_reader`, which changes nothing
+  ``predict``) go through :mod:`~cmpnn_dist.runs.checkpoint_reader`, which changes nothing
   here and copes with this process pruning and replacing ``best`` beside it.
 
 Fault drill: ``CMPNN_FAULT_BEST_DELAY_S=<seconds>`` makes :meth:`update_best` sleep that long

@@ -13,7 +13,7 @@ written), then the files go into a hidden temporary sibling ``.tmp-<name>-*``, e
 fsync'ed, ``manifest.json`` is written *last*, and the directory is renamed into place with
 ``os.replace``.  A checkpoint therefore counts only once its manifest is complete; a directory
 without a readable manifest, or whose files do not match it (size, sha256), is *torn*:
-the store's discovery (:meth:`~cmpnn_dist.training.checkpoint_store.CheckpointStore.find_latest`,
+the store's discovery (:meth:`~cmpnn_dist.runs.checkpoint_store.CheckpointStore.find_latest`,
 the one rule) skips it, falls back to the previous valid one (``best`` included) and the run's
 one resume line names what it skipped and why.  A write that fails at any point (a file, the
 fsync of a file or of a folder, the rename) because the disk is full, read-only or not
@@ -22,7 +22,7 @@ checkpoint, the bytes it needs and the free space of its filesystem; the
 temporary folder is removed and the previous checkpoints are untouched.
 
 Run-level logic (where a run keeps its checkpoints, the ``best`` copy, pruning, local folders
-and pyarrow URIs alike) lives in :mod:`cmpnn_dist.training.checkpoint_store`.
+and pyarrow URIs alike) lives in :mod:`cmpnn_dist.runs.checkpoint_store`.
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 ``evaluate``, ``predict`` (command line and :class:`~cmpnn_dist.predict.Predictor`) and the
 Ray evaluation workers read checkpoints without holding the run lock
-(:class:`~cmpnn_dist.training.run_folder.RunLock`).  They change nothing in a run folder's
+(:class:`~cmpnn_dist.runs.folder.RunLock`).  They change nothing in a run folder's
 ``checkpoints``: only the process holding the lock repairs ``best``, drops interrupted writes
-and prunes (:meth:`~cmpnn_dist.training.checkpoint_store.CheckpointStore.resume_point` and
-:meth:`~cmpnn_dist.training.checkpoint_store.CheckpointStore.publish`).  A reader copes with
+and prunes (:meth:`~cmpnn_dist.runs.checkpoint_store.CheckpointStore.resume_point` and
+:meth:`~cmpnn_dist.runs.checkpoint_store.CheckpointStore.publish`).  A reader copes with
 that process working beside it instead:
 
 * **pruned under the reader**: with ``checkpoint.keep_last=1`` the newest checkpoint can be

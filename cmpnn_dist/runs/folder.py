@@ -33,7 +33,7 @@ from cmpnn_dist.storage.errors import StorageError
 
 from .checkpoint_store import CheckpointStore, _delete_dir, filesystem, is_uri
 from .processes import identity, still_running
-from .run_writer import LOCK_FILE, WRITER_FILE, wait_for_writer
+from .writer_lock import LOCK_FILE, WRITER_FILE, wait_for_writer
 
 ENV_MIN_FREE_MB = "CMPNN_MIN_FREE_MB"
 DEFAULT_MIN_FREE_MB = 64
@@ -94,7 +94,15 @@ def check_storage_root(root: str) -> None:
         )
 
 
+def default_run_name(cfg: Any) -> str:
+    """The run's name: ``cfg.run_name``, else ``<data.name>-<YYYYmmdd-HHMMSS>`` (now).  The one
+    rule for every way a run starts (the command line, the Ray driver, ``fit`` called
+    directly)."""
+    return cfg.run_name or f"{cfg.data.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
 def run_folder(storage_root: str, run_name: str) -> str:
+    """``<storage_root>/runs/<run_name>`` (a path or a URI)."""
     return f"{storage_root.rstrip('/')}/runs/{run_name}"
 
 
@@ -184,7 +192,7 @@ def banner(run: str, storage_root: str, argv: Sequence[str], run_name: str) -> l
 class RunLock:
     """``<run>/.lock`` while a run owns its folder: ``{"host", "pid", "process", "started"}``
     (``process``: the owner's boot and start time, so a later process that reuses the pid is
-    not mistaken for it, :mod:`~cmpnn_dist.training.processes`).
+    not mistaken for it, :mod:`~cmpnn_dist.runs.processes`).
 
     :meth:`acquire` creates it exclusively (``O_EXCL`` locally; on an object store a check,
     then a write: best effort).  A lock held by a live process -- or by any process of
@@ -192,7 +200,7 @@ class RunLock:
     :class:`~cmpnn_dist.storage.errors.StorageError` naming its host and pid; the lock of a
     process of this host that is gone (its pid free, or given to another process since) is
     taken over with one line, once the writer it recorded has ended
-    (:func:`~cmpnn_dist.training.run_writer.wait_for_writer`).  :meth:`release` deletes it.
+    (:func:`~cmpnn_dist.runs.writer_lock.wait_for_writer`).  :meth:`release` deletes it.
     ``owner``: the record this process wrote (what its workers check before they publish).
     """
 

@@ -21,7 +21,7 @@ from cmpnn_dist.config import Config, ConfigError, allowed_values, register_conf
 from cmpnn_dist.config_keys import check_override_keys
 from cmpnn_dist.errors import UsageError
 
-PACKAGE_ROOT = Path(__file__).resolve().parent
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # cmpnn_dist/
 REPO_ROOT = PACKAGE_ROOT.parent
 
 
