@@ -25,8 +25,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
         "base",
         (
-            "cmpnn_dist.errors", "cmpnn_dist.config", "cmpnn_dist.config_keys",
-            "cmpnn_dist.graph", "cmpnn_dist.arrays", "cmpnn_dist.openmp_env", "cmpnn_dist.paper",
+            "cmpnn_dist.errors", "cmpnn_dist.config", "cmpnn_dist.graph", "cmpnn_dist.arrays",
+            "cmpnn_dist.openmp_env", "cmpnn_dist.paper",
         ),
     ),
     ("storage", ("cmpnn_dist.storage",)),

@@ -158,6 +158,71 @@ def test_cli_bad_key_is_one_line_and_nonzero():
     assert proc.stdout.strip() == ""
 
 
+# --- the registries load their plugins when first asked: validate() in a fresh process that
+# imported nothing but the config package accepts registered names and applies registered rules
+FRESH_VALIDATE = """
+import json, sys
+from omegaconf import OmegaConf
+from cmpnn_dist.config import Config, ConfigError, validate
+
+loaded = sorted(m for m in sys.modules if m == "torch" or m.startswith("cmpnn_dist."))
+
+def compose(dotlist):
+    merged = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.from_dotlist(dotlist))
+    return OmegaConf.to_object(merged)
+
+validate(compose(json.loads(sys.argv[1])))
+errors = {}
+for name, dotlist in json.loads(sys.argv[2]).items():
+    try:
+        validate(compose(dotlist))
+    except ConfigError as exc:
+        errors[name] = str(exc)
+print(json.dumps({"loaded": loaded, "errors": errors}))
+"""
+FRESH_OK = ["data.source=tsv:inductive", "model.message=rotate", "model.hidden_dim=32"]
+FRESH_BAD = {
+    "odd_rotate": ["model.message=rotate", "model.hidden_dim=31"],  # a registered check
+    "message": ["model.message=rotat"],
+    "source": ["data.source=tsv:transductivx"],
+    "aggregate": ["model.aggregate=median"],
+}
+
+
+def test_validate_in_a_fresh_process_loads_the_registries_itself():
+    from omegaconf import OmegaConf
+
+    from cmpnn_dist.config import ConfigError, DataSource, Message, choices, validate
+
+    proc = subprocess.run(
+        [sys.executable, "-c", FRESH_VALIDATE, json.dumps(FRESH_OK), json.dumps(FRESH_BAD)],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.splitlines()[-1])
+    # importing the config package loads no plugin (no model code, no torch) ...
+    base = ("cmpnn_dist.config", "cmpnn_dist.errors")
+    assert [m for m in out["loaded"] if not m.startswith(base)] == []
+    # ... and validate() there refuses what it refuses here, in the same words
+    here = {}
+    for name, dotlist in FRESH_BAD.items():
+        merged = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.from_dotlist(dotlist))
+        with pytest.raises(ConfigError) as exc:
+            validate(OmegaConf.to_object(merged))
+        here[name] = str(exc.value)
+    assert out["errors"] == here
+    assert out["errors"]["odd_rotate"].startswith("model.message=rotate needs an even")
+    assert out["errors"]["message"] == (
+        f"bad value 'rotat' for model.message; choose one of {list(choices(Message))}"
+    )
+    assert out["errors"]["source"] == (
+        f"bad value 'tsv:transductivx' for data.source; choose one of {list(choices(DataSource))}"
+    )
+
+
 # --- config groups: the split into conf/{data,model,train}/ keeps every preset's config.
 # The fixture holds each preset's composed config (data_root fixed); a deliberate preset change
 # rewrites its entry, and the paper-value tests above say why each value is what it is.

@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 import torch
 
-from cmpnn_dist import config as config_module
 from cmpnn_dist.cli.convert import main as convert_main
 from cmpnn_dist.config import Config, ConfigError, ModelConfig, OpsConfig, validate
+from cmpnn_dist.config import registry as config_registry
 from cmpnn_dist.convert import sources
 from cmpnn_dist.convert.prepare import ensure_dataset
 from cmpnn_dist.convert.sources import base as source_base
@@ -57,8 +57,8 @@ def isolated(monkeypatch):
     for module in (message_base, aggregation_base, protocol_base, ops_messages, source_base):
         monkeypatch.setattr(module, "_REGISTRY", dict(module._REGISTRY))
     monkeypatch.setattr(message_base, "_NUMBERS", dict(message_base._NUMBERS))
-    choices = {k: list(v) for k, v in config_module._REGISTERED_CHOICES.items()}
-    monkeypatch.setattr(config_module, "_REGISTERED_CHOICES", choices)
+    choices = {k: list(v) for k, v in config_registry._REGISTERED_CHOICES.items()}
+    monkeypatch.setattr(config_registry, "_REGISTERED_CHOICES", choices)
 
 
 def load(heading: str, tmp_path: Path) -> None:

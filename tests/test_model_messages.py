@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from cmpnn_dist import config as config_module
 from cmpnn_dist.config import Config, ConfigError, Message, ModelConfig, OpsConfig, validate
 from cmpnn_dist.config import choices as config_choices
+from cmpnn_dist.config import registry as config_registry
 from cmpnn_dist.convert.synthetic.rule_kg import BASE, DEFAULTS, TARGETS, generate_graph
 from cmpnn_dist.graph import graph_from_triples
 from cmpnn_dist.model import CMPNN, messages
@@ -41,7 +41,7 @@ HEADS, RELS = torch.tensor([0, 3, 5, 9]), torch.tensor([0, 1, 2, 3])
 
 
 def test_registry_values():
-    # config.py's Message literal (validated without importing torch) is the registry's list
+    # the Message literal of config/options.py (it imports no torch) is the registry's list
     assert list(config_choices(Message)) == messages.choices()
     assert messages.choices() == [
         1, 2, 3, "query_mul", "relation_mul", "linear", "rotate", "transe",
@@ -108,7 +108,7 @@ def test_a_message_function_defined_elsewhere_is_selectable(monkeypatch):
     the config accepts its name and the generic path runs it."""
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     monkeypatch.setattr(ops_messages, "_REGISTRY", dict(ops_messages._REGISTRY))
-    monkeypatch.setattr(config_module, "_REGISTERED_CHOICES", {})  # register() adds its name
+    monkeypatch.setattr(config_registry, "_REGISTERED_CHOICES", {})  # register() adds its name
 
     def compute(x_src, rel, prepared):
         return torch.tanh(x_src + ops_messages.relation_rows(prepared[0], rel))

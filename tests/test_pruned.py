@@ -145,11 +145,11 @@ def test_keep_everything_is_the_dense_model(prune, remove):
 def test_the_design_space_reads_the_registries(monkeypatch):
     """An aggregation registered elsewhere (here inside the test) is in the design space the
     dense-limit test runs, and the limit holds for it with no other change."""
-    import cmpnn_dist.config as config_module
+    from cmpnn_dist.config import registry as config_registry
     from cmpnn_dist.model.aggregations import base as registry
 
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
-    monkeypatch.setattr(config_module, "_REGISTERED_CHOICES", {})
+    monkeypatch.setattr(config_registry, "_REGISTERED_CHOICES", {})
 
     @registry.register
     class MaxMinusMin(registry.Aggregation):

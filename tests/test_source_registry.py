@@ -10,9 +10,9 @@ import re
 
 import pytest
 
-from cmpnn_dist import config as config_module
 from cmpnn_dist.cli.common import help_text
 from cmpnn_dist.config import Config, ConfigError, DataSource, choices, validate
+from cmpnn_dist.config import registry as config_registry
 from cmpnn_dist.convert import build_dataset, sources
 from cmpnn_dist.convert.prepare import ensure_dataset, spec_for
 from cmpnn_dist.convert.provenance import source_files
@@ -39,8 +39,8 @@ BUILT_IN = {
 def isolated(monkeypatch):
     """The source registry and the schema's registered choices as they were before the test."""
     monkeypatch.setattr(source_base, "_REGISTRY", dict(source_base._REGISTRY))
-    registered = {k: list(v) for k, v in config_module._REGISTERED_CHOICES.items()}
-    monkeypatch.setattr(config_module, "_REGISTERED_CHOICES", registered)
+    registered = {k: list(v) for k, v in config_registry._REGISTERED_CHOICES.items()}
+    monkeypatch.setattr(config_registry, "_REGISTERED_CHOICES", registered)
 
 
 def test_every_built_in_source_is_registered_from_its_own_module():

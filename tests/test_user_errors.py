@@ -216,7 +216,7 @@ def test_declared_keys_and_open_maps_are_accepted_with_plus():
     """The negative control: ``+`` on a key inside a declared open map (the synthetic
     generator's parameters) composes, and evaluate accepts ``+`` on a declared key."""
     from cmpnn_dist.cli.common import compose_config
-    from cmpnn_dist.config_keys import declared
+    from cmpnn_dist.config.keys import declared
     from cmpnn_dist.runs.restore import config_from_checkpoint
 
     cfg = compose_config("default", ["+data.synthetic.num_entities=300"])

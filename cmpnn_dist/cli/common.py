@@ -4,7 +4,7 @@
 preset extends the structured schema :class:`cmpnn_dist.config.Config`) with the given
 overrides through Hydra's compose API.  Any composition error (unknown key, wrong type,
 unknown preset) becomes one :class:`UsageError` line and exit status 2; so does a key the
-schema does not declare given with Hydra's ``+`` (:mod:`cmpnn_dist.config_keys`).
+schema does not declare given with Hydra's ``+`` (:mod:`cmpnn_dist.config.keys`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from cmpnn_dist.config import Config, ConfigError, allowed_values, register_configs, validate
-from cmpnn_dist.config_keys import check_override_keys
+from cmpnn_dist.config.keys import check_override_keys
 from cmpnn_dist.errors import UsageError
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # cmpnn_dist/
@@ -111,9 +111,6 @@ def compose_config(preset: str, overrides: Sequence[str]) -> Config:
         given = f" with {' '.join(user_overrides)}" if user_overrides else ""
         raise UsageError(f"config error in conf/{preset}.yaml{given}: {_one_line(exc)}") from exc
     assert isinstance(obj, Config)
-    import cmpnn_dist.convert.sources  # noqa: F401  (registers the dataset sources)
-    import cmpnn_dist.model.messages  # noqa: F401  (registers the message functions' checks)
-
     try:
         validate(obj)
     except ConfigError as exc:
@@ -133,8 +130,6 @@ def help_text(doc: str | None) -> str:
     """``--help``: the command's docstring, the presets and every config key with its default
     and, for choice fields, the allowed values (read from the schema, so it never drifts)."""
     import dataclasses
-
-    import cmpnn_dist.convert.sources  # noqa: F401  (registered data.source values)
 
     lines = [(doc or "").strip(), "", "presets (conf=NAME): " + ", ".join(available_presets())]
     for group, options in config_groups().items():

@@ -82,7 +82,7 @@ def config_from_checkpoint(saved: dict[str, Any], overrides: list[str]) -> Confi
     saved = saved_choice_names(saved)
     from omegaconf import OmegaConf
 
-    from cmpnn_dist.config_keys import check_override_keys
+    from cmpnn_dist.config.keys import check_override_keys
 
     check_override_keys(overrides)
     dotlist = [o.lstrip("+") for o in overrides]
@@ -94,9 +94,6 @@ def config_from_checkpoint(saved: dict[str, Any], overrides: list[str]) -> Confi
     except Exception as exc:
         raise UsageError(f"config error: {' '.join(str(exc).split())}") from exc
     assert isinstance(cfg, Config)
-    import cmpnn_dist.convert.sources  # noqa: F401  (registers the dataset sources)
-    import cmpnn_dist.model.messages  # noqa: F401  (registers the message functions' checks)
-
     validate(cfg)
     return cfg
 

@@ -128,7 +128,8 @@ def build(key: int | str, num_relations: int, dim: int, cfg: ModelConfig) -> Mes
 @register_check
 def check_message_config(cfg: Config) -> None:
     """The chosen message function's own config rules (``check_config``), run by
-    :func:`cmpnn_dist.config.validate` once this registry is imported; ValueError naming the
+    :func:`cmpnn_dist.config.validate` (which imports this registry when first asked,
+    ``cmpnn_dist.config.registry.CHECK_PLUGINS``); ValueError naming the
     key (an unknown ``model.message`` is caught earlier by the schema's ``Literal``)."""
     if cfg.model.family == "cmpnn":
         resolve(cfg.model.message).check_config(cfg.model)

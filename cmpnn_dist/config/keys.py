@@ -1,9 +1,9 @@
 """Which dotted keys the config schema declares, and the check of an override's key.
 
 A key is declared when each of its parts names a field of the dataclass above it in
-:class:`cmpnn_dist.config.Config` (``train.lr``, ``model.prune.gate``), or when it lies inside
-a declared open map, a field whose value is a ``dict`` (``data.synthetic.num_entities``: the
-synthetic generators' own parameters, checked by the generators).  Hydra's ``+key=value``
+:class:`~cmpnn_dist.config.schema.Config` (``train.lr``, ``model.prune.gate``), or when it lies
+inside a declared open map, a field whose value is a ``dict`` (``data.synthetic.num_entities``:
+the synthetic generators' own parameters, checked by the generators).  Hydra's ``+key=value``
 (append) and ``++key=value`` (force-append) would otherwise add a key the schema does not
 declare, which the typed config then drops without a word; :func:`check_override_keys`
 refuses such a key in one line, with or without the prefix.
@@ -16,14 +16,13 @@ import difflib
 from collections.abc import Iterable
 from typing import Any
 
+from cmpnn_dist.config.schema import Config
 from cmpnn_dist.errors import UsageError
 
 
 def declared(key: str, root: Any = None) -> bool:
     """True when dotted ``key`` is a field of the schema (``root``: a ``Config`` instance, by
     default the defaults) or lies inside one of its open maps."""
-    from cmpnn_dist.config import Config
-
     node: Any = Config() if root is None else root
     for part in key.split("."):
         if dataclasses.is_dataclass(node) and not isinstance(node, type):
@@ -42,8 +41,6 @@ def declared(key: str, root: Any = None) -> bool:
 
 def schema_keys(root: Any = None) -> list[str]:
     """Every declared leaf key (``train.lr``, ``data.synthetic``...), in schema order."""
-    from cmpnn_dist.config import Config
-
     out: list[str] = []
 
     def walk(obj: Any, prefix: str) -> None:
