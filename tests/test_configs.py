@@ -189,6 +189,7 @@ FRESH_BAD = {
 }
 
 
+@pytest.mark.integration
 def test_validate_in_a_fresh_process_loads_the_registries_itself():
     from omegaconf import OmegaConf
 
