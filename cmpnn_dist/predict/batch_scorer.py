@@ -1,15 +1,14 @@
 """The scorer of one batch-scoring worker: head ids in, the top-k rows of each as Arrow.
 
-Every query of a job is ``(u, q, ?)`` for one relation q.  A part's heads are scored
-``batch_size`` at a time by the model's batched forward (:meth:`Predictor.scores`: one
-forward pass gives ``logit(v | u_b, q)`` for every entity v of every query b, ``[B, N]``);
-the candidates, the known-fact codes and the stable top-k order are those of
-:meth:`Predictor.predict` (``predictor.py``), computed for the whole batch at once:
+Every query of a job is ``(u, q, ?)`` for one relation q.  A part's heads are ranked
+``batch_size`` at a time by :meth:`Predictor.rank` (``rank.py``), the ranking ``predict``
+and the server use: one forward pass gives ``logit(v | u_b, q)`` for every entity v of every
+query b ([B, N]), and
 
     keep[b, v]  = v has a type of q's tails (all v when untyped)  [and (u_b, q, v) unknown,
                   known="filter"]
     order[b]    = stable argsort of -score[b, keep[b]]  (equal scores keep entity-id order)
-    rank        = 1 .. min(k, |keep[b]|)
+    rank        = 1 .. min(k, |keep[b]|)    (top_k=0: k = N, every candidate)
 
 so each row equals the one-query API's row for that query (scores up to the float noise of a
 different batch size).  ``make_scorer`` is what each Ray worker calls once: the model from
@@ -26,7 +25,8 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from cmpnn_dist.predict.predictor import SPLITS, Predictor
+from cmpnn_dist.predict.predictor import Predictor
+from cmpnn_dist.predict.rank import KNOWN_NAMES
 
 SCHEMA = pa.schema(
     [
@@ -41,7 +41,6 @@ SCHEMA = pa.schema(
         ("tail_id", pa.int64()),
     ]
 )
-KNOWN_NAMES = np.array(["", *SPLITS], dtype=object)
 
 
 @dataclass
@@ -66,38 +65,26 @@ class BatchScorer:
         self.p = predictor
         self.relation = int(relation)
         self.top_k = int(top_k)
+        self.k = predictor.graph.num_nodes if self.top_k == 0 else self.top_k
         self.known = known
         self.names = np.array(predictor.entities.names, dtype=object)
         self.relation_name = predictor.relations.names[self.relation]
-        one = torch.tensor([self.relation])
-        # the relation's candidates (the same for every head): entity ids, ascending
-        self.candidates = torch.nonzero(predictor.candidate_mask(one, one)[0]).flatten()
 
     def __call__(self, head_ids: np.ndarray | list[int]) -> pa.Table:
         heads = torch.as_tensor(np.asarray(head_ids, dtype=np.int64))
         bs = self.p.batch_size
-        tables = [self._batch(heads[s : s + bs]) for s in range(0, heads.numel(), bs)]
+        tables = [self._table(heads[s : s + bs]) for s in range(0, heads.numel(), bs)]
         return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
 
-    def _batch(self, heads: torch.Tensor) -> pa.Table:
-        rels = torch.full_like(heads, self.relation)
-        cand = self.candidates
-        scores = self.p.scores(heads, rels)[:, cand]  # [B, C] float32
-        codes = self.p.known_codes(heads, rels)[:, cand]  # [B, C] int8
-        keep = torch.ones_like(codes, dtype=torch.bool)
-        if self.known == "filter":
-            keep = codes == 0
-        masked = torch.where(keep, scores, torch.full_like(scores, float("-inf")))
-        k = cand.numel() if self.top_k == 0 else min(self.top_k, cand.numel())
-        order = np.argsort(-masked.numpy(), axis=1, kind="stable")[:, :k]  # [B, k]
-        counts = keep.sum(dim=1).clamp(max=k).numpy()  # rows per query
-        valid = np.arange(k)[None, :] < counts[:, None]
-        qi, pos = np.nonzero(valid)  # row-major: by query, then rank
-        cols = order[qi, pos]
-        tail_ids = cand.numpy()[cols]
-        head_ids = heads.numpy()[qi]
-        picked = torch.from_numpy(scores.numpy()[qi, cols]).double()
-        known = KNOWN_NAMES[codes.numpy()[qi, cols].astype(np.int64)]
+    def _table(self, heads: torch.Tensor) -> pa.Table:
+        """The rows of :meth:`Predictor.rank` for ``heads`` (int64 [B]) as a :data:`SCHEMA`
+        table: by query, then rank."""
+        ranked = self.p.rank(heads, torch.full_like(heads, self.relation), self.k, None, self.known)
+        qi, pos = ranked.flat()  # row-major: by query, then rank
+        tail_ids = ranked.ids[qi, pos].numpy()
+        head_ids = heads[qi].numpy()
+        picked = ranked.scores[qi, pos].double()
+        known = KNOWN_NAMES[ranked.known[qi, pos].long().numpy()]
         return pa.table(
             {
                 "head": pa.array(self.names[head_ids], pa.string()),
@@ -105,7 +92,7 @@ class BatchScorer:
                 "tail": pa.array(self.names[tail_ids], pa.string()),
                 "score": pa.array(picked.numpy()),
                 "probability": pa.array(torch.sigmoid(picked).numpy()),
-                "rank": pa.array((pos + 1).astype(np.int32)),
+                "rank": pa.array(ranked.ranks[qi, pos].numpy().astype(np.int32)),
                 "known": pa.array(known, pa.string()),
                 "head_id": pa.array(head_ids),
                 "tail_id": pa.array(tail_ids.astype(np.int64)),

@@ -7,12 +7,15 @@ relation ``(v, q + |R|, ?)``.  Candidates are restricted to the node types seen 
 relation's tails (heads, for the inverse) in the training facts, when the dataset is typed;
 known facts (train / valid / test of the graph) are flagged, or filtered with
 ``known="filter"``.  Queries sharing ``(anchor, relation)`` share one forward pass; distinct
-ones are batched ``batch_size`` at a time.
+ones are batched ``batch_size`` at a time.  :meth:`Predictor.rank` is the one ranking (ids in,
+tensors out; the tie rule in ``rank.py``: equal scores keep entity-id order) that
+``predict_batch``, batch scoring and the server build their rows from.
 
     p = Predictor.from_checkpoint("storage/runs/<run>")
     p.predict(head="A::17", relation="t0", topk=5)          # pandas DataFrame
     p.predict(tail="C::3", relation="t0")                   # head prediction
     p.predict_batch(pd.DataFrame({"head": [...], "relation": [...], "tail": ["?", ...]}))
+    p.rank(anchors, rels, k=10)                             # ids -> Ranking of tensors
     p.explain(head="A::17", relation="t0", tail="C::40", k=3)   # see explain.py
 """
 
@@ -22,7 +25,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor, nn
@@ -30,22 +32,7 @@ from torch import Tensor, nn
 from cmpnn_dist.errors import UsageError
 from cmpnn_dist.evaluation.answers import AnswerIndex
 from cmpnn_dist.predict.names import NameIndex, Query, queries_from
-
-KNOWN_MODES = ("flag", "filter")
-SPLITS = ("train", "valid", "test")
-COLUMNS = [
-    "query_id",
-    "target",
-    "rank",
-    "head",
-    "relation",
-    "tail",
-    "score",
-    "probability",
-    "known",
-    "head_id",
-    "tail_id",
-]
+from cmpnn_dist.predict.rank import KNOWN_MODES, SPLITS, Ranking, rank_batch, ranking_frame
 
 
 def _split_facts(gd: Any, split: str) -> Tensor:
@@ -148,12 +135,20 @@ class Predictor:
         allowed[~seen] = True  # a relation without training facts: every type
         return allowed
 
-    def candidate_mask(self, anchors: Tensor, rels: Tensor) -> Tensor:
-        """bool [B, N]: the entities of the query relation's target types (all when untyped)."""
+    def candidate_mask(self, anchors: Tensor, rels: Tensor, types: Tensor | None = None) -> Tensor:
+        """bool [B, N]: the entities of the query relation's target types (all when untyped),
+        and of node type ``types[b]`` when given (int64 [B]; -1: any type)."""
         n = self.graph.num_nodes
         if self.allowed_types is None:
-            return torch.ones(anchors.numel(), n, dtype=torch.bool)
-        return self.allowed_types[rels.cpu()][:, self.node_types.long()]
+            mask = torch.ones(anchors.numel(), n, dtype=torch.bool)
+        else:
+            mask = self.allowed_types[rels.cpu()][:, self.node_types.long()]
+        if types is None or not bool((types >= 0).any()):
+            return mask
+        if self.node_types is None:
+            raise UsageError("this graph has no node types: a node type cannot be asked for")
+        types = types.cpu().long()[:, None]
+        return mask & ((types < 0) | (self.node_types.long()[None, :] == types))
 
     def known_codes(self, anchors: Tensor, rels: Tensor) -> Tensor:
         """int8 [B, N]: 0 unknown, 1 + index in (train, valid, test) of the first split that
@@ -212,40 +207,51 @@ class Predictor:
     ) -> pd.DataFrame:
         """All queries at once: a DataFrame with columns ``head``, ``relation``, ``tail`` (``?``,
         empty or NaN marks the entity to predict) or a list of :class:`Query`.  Rows of the
-        result carry ``query_id`` (position of the query)."""
+        result carry ``query_id`` (position of the query); they are :meth:`rank`'s rows."""
         if known not in KNOWN_MODES:
             raise UsageError(f"known={known!r}: choose one of {list(KNOWN_MODES)}")
         if topk < 1:
             raise UsageError(f"topk must be >= 1, got {topk}")
-        qs = queries_from(queries)
-        resolved = [self.resolve(q) for q in qs]
-        keys = {}
-        for anchor, rel, _ in resolved:
-            keys.setdefault((anchor, rel), len(keys))
-        key_list = list(keys)
-        rows: list[dict[str, Any]] = []
-        members: dict[int, list[int]] = {}
-        for i, (anchor, rel, _) in enumerate(resolved):
-            members.setdefault(keys[(anchor, rel)], []).append(i)
-        per_query: dict[int, list[dict[str, Any]]] = {}
-        for s in range(0, len(key_list), self.batch_size):
-            chunk = key_list[s : s + self.batch_size]
-            anchors = torch.tensor([a for a, _ in chunk], dtype=torch.long)
-            rels = torch.tensor([r for _, r in chunk], dtype=torch.long)
-            scores = self.scores(anchors, rels)
-            allowed = self.candidate_mask(anchors, rels)
-            codes = self.known_codes(anchors, rels)
-            for j in range(len(chunk)):
-                for i in members[s + j]:
-                    per_query[i] = self._rows(
-                        i, resolved[i], scores[j], allowed[j], codes[j], topk, known
-                    )
-        for i in range(len(qs)):
-            rows.extend(per_query[i])
-        frame = pd.DataFrame(rows, columns=COLUMNS)
+        resolved = [self.resolve(q) for q in queries_from(queries)]
+        ids = torch.tensor([(a, r, -1 if t is None else t) for a, r, t in resolved])
+        anchors, rels, answers = ids.reshape(-1, 3).long().unbind(1)
+        ranked = self.rank(anchors, rels, topk, known=known, answers=answers)
+        frame = ranking_frame(ranked, anchors, rels, self.entities.names, self.relations.names)
         if explain > 0:
             frame["paths"] = [self.explain_row(r, explain).summary() for r in frame.itertuples()]
         return frame
+
+    def rank(
+        self,
+        anchors: Tensor,
+        rels: Tensor,
+        k: int,
+        candidates: Tensor | None = None,
+        known: str = "flag",
+        answers: Tensor | None = None,
+    ) -> Ranking:
+        """The top-``k`` candidates of each query ``(anchors[b], rels[b], ?)`` (head prediction:
+        the inverse relation ``rels[b] + |R|``), ranked by ``logit(v | u_b, q_b)``.
+
+        ``keep[b] = candidates[b]`` (and no known fact with ``known="filter"``); the order is
+        descending score, equal scores in entity-id order (``rank.py``).  Queries sharing
+        ``(anchor, relation)`` share one row of the forward pass; distinct ones are scored
+        ``batch_size`` at a time.
+
+        Args:
+            anchors, rels: int64 [B]; rels in [0, 2|R|).
+            k: rows per query, at most (>= 1); the result has K = min(k, N) slots.
+            candidates: bool [B, N] typed candidates of each query (default
+                :meth:`candidate_mask`: the relation's target types; AND a request's own
+                type mask into it to narrow it).
+            known: ``flag`` or ``filter``.
+            answers: int64 [B]: -1 for a top-k query; v >= 0: the one row v with its rank
+                among the candidates (``1 + #kept scoring higher``).
+        Returns:
+            a :class:`~cmpnn_dist.predict.rank.Ranking`: ids, scores, ranks, known codes
+            [B, K] and counts [B].
+        """
+        return rank_batch(self, anchors, rels, k, candidates, known, answers)
 
     def row_query(self, row: Any) -> tuple[int, int, int]:
         """``(anchor, relation in [0, 2|R|), answer)`` of a result row, in the direction the
@@ -258,54 +264,6 @@ class Predictor:
     def explain_row(self, row: Any, k: int = 5, beam: int = 10, wait: bool = True) -> Any:
         """The :class:`~cmpnn_dist.predict.explain.Explanation` of one result row."""
         return self.explain_ids(*self.row_query(row), k=k, beam=beam, wait=wait)
-
-    def _rows(
-        self,
-        qid: int,
-        resolved: tuple[int, int, int | None],
-        scores: Tensor,
-        allowed: Tensor,
-        codes: Tensor,
-        topk: int,
-        known: str,
-    ) -> list[dict[str, Any]]:
-        anchor, rel, target = resolved
-        keep = allowed.clone()
-        if known == "filter":
-            keep &= codes == 0
-        masked = torch.where(keep, scores, torch.full_like(scores, float("-inf")))
-        if target is not None:  # one fact: its rank among the kept candidates
-            s = scores[target]
-            cands = [(target, 1 + int((masked > s).sum()))]
-        else:
-            k = min(topk, int(keep.sum()))
-            # a stable descending order: equal scores keep entity-id order
-            order = np.argsort(-masked.numpy(), kind="stable")[:k]
-            cands = [(int(v), rank) for rank, v in enumerate(order.tolist(), start=1)]
-        inverse = rel >= self.num_relations
-        base = rel - self.num_relations if inverse else rel
-        ids = torch.tensor([v for v, _ in cands], dtype=torch.long)
-        picked = scores[ids].double()
-        probs = torch.sigmoid(picked).tolist()
-        out = []
-        for (v, rank), score, prob in zip(cands, picked.tolist(), probs, strict=True):
-            head, tail = (v, anchor) if inverse else (anchor, v)
-            out.append(
-                {
-                    "query_id": qid,
-                    "target": "head" if inverse else "tail",
-                    "rank": rank,
-                    "head": self.entities.names[head],
-                    "relation": self.relations.names[base],
-                    "tail": self.entities.names[tail],
-                    "score": score,
-                    "probability": prob,
-                    "known": SPLITS[int(codes[v]) - 1] if int(codes[v]) else "",
-                    "head_id": head,
-                    "tail_id": tail,
-                }
-            )
-        return out
 
     # ------------------------------------------------------------------ explanations
     def explain(

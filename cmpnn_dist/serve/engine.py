@@ -8,7 +8,8 @@ explanations with per-edge weights, name completion, and counters for ``/health`
 
 A tail query ``(h, r, ?)`` scores every entity v by ``logit(v | h, r)`` (one row of the
 model's ``[B, N]`` output); candidates are the relation's tail types (and ``tail_type`` when
-given); known facts are flagged with the split that holds them.
+given); known facts are flagged with the split that holds them.  The ranking is
+:meth:`Predictor.rank`'s (``predict/rank.py``), the one ``predict`` and batch scoring use.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import Tensor
 
 from cmpnn_dist.errors import UsageError
 from cmpnn_dist.predict.names import NameIndex
+from cmpnn_dist.predict.rank import KNOWN_NAMES
 
 
 class RequestError(Exception):
@@ -159,52 +160,49 @@ class Engine:
         return TailQuery(f["head"], f["relation"], k, tail_type, anchor, rel, type_id)
 
     def predict_many(self, queries: list[TailQuery]) -> list[dict[str, Any]]:
-        """The answers of every query, from one forward pass over their distinct
-        ``(head, relation)`` pairs (``predictor.scores``: ``[B, N]`` logits), the predict
-        API's candidate types and known-fact codes, and its ranking of each row."""
+        """The answers of every query, from one :meth:`Predictor.rank` call: one forward pass
+        over their distinct ``(head, relation)`` pairs, each query's typed candidates
+        (``candidate_mask``: the relation's tail types AND its ``tail_type``), the known-fact
+        codes and the shared tie rule (equal scores keep entity-id order)."""
         p = self.predictor
-        keys: dict[tuple[int, int], int] = {}
-        for q in queries:
-            keys.setdefault((q.anchor, q.rel), len(keys))
-        anchors = torch.tensor([a for a, _ in keys], dtype=torch.long)
-        rels = torch.tensor([r for _, r in keys], dtype=torch.long)
-        scores = p.scores(anchors, rels)
-        allowed = p.candidate_mask(anchors, rels)
-        codes = p.known_codes(anchors, rels)
+        anchors = torch.tensor([q.anchor for q in queries], dtype=torch.long)
+        rels = torch.tensor([q.rel for q in queries], dtype=torch.long)
+        types = torch.tensor([-1 if q.type_id is None else q.type_id for q in queries])
+        candidates = p.candidate_mask(anchors, rels, types.long())
+        k = max((q.k for q in queries), default=1)
+        ranked = p.rank(anchors, rels, k, candidates, known="flag")
         self.counters["predict_requests"] += len(queries)
         self.counters["predict_batches"] += 1
         self.counters["largest_batch"] = max(self.counters["largest_batch"], len(queries))
+        names = p.entities.names
         out = []
-        for q in queries:
-            j = keys[(q.anchor, q.rel)]
-            keep = allowed[j] & self._type_mask(q.type_id)
-            rows = p._rows(0, (q.anchor, q.rel, None), scores[j], keep, codes[j], q.k, "flag")
+        for b, q in enumerate(queries):
+            n = min(q.k, int(ranked.counts[b]))  # a prefix of the top max(k)
+            known = ranked.known[b].tolist()
+            probabilities = torch.sigmoid(ranked.scores[b, :n].double())  # as the query alone
+            answers = []
+            for i in range(n):
+                v = int(ranked.ids[b, i])
+                answers.append(
+                    {
+                        "rank": int(ranked.ranks[b, i]),
+                        "tail": names[v],
+                        "tail_id": v,
+                        "score": float(ranked.scores[b, i]),
+                        "probability": float(probabilities[i]),
+                        "known": KNOWN_NAMES[known[i]] or None,
+                    }
+                )
             out.append(
                 {
                     "head": q.head,
                     "relation": q.relation,
                     "k": q.k,
                     "tail_type": q.tail_type,
-                    "answers": [
-                        {
-                            "rank": r["rank"],
-                            "tail": r["tail"],
-                            "tail_id": r["tail_id"],
-                            "score": r["score"],
-                            "probability": r["probability"],
-                            "known": r["known"] or None,
-                        }
-                        for r in rows
-                    ],
+                    "answers": answers,
                 }
             )
         return out
-
-    def _type_mask(self, type_id: int | None) -> Tensor:
-        n = self.predictor.graph.num_nodes
-        if type_id is None:
-            return torch.ones(n, dtype=torch.bool)
-        return self.predictor.node_types.long() == type_id
 
     # ------------------------------------------------------------------ explain
     def explain(self, body: Any) -> dict[str, Any]:
