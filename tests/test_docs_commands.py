@@ -264,16 +264,12 @@ def with_budget(args: list[str]) -> list[str]:
 
 
 def entry(module: str):
+    """The command behind ``python -m <module>``: ``cmpnn_dist.cli.<name>``'s ``_main`` (what
+    ``run_cli`` runs) or its ``main``."""
     import importlib
 
-    if module in (
-        "cmpnn_dist.predict",
-        "cmpnn_dist.wl",
-        "cmpnn_dist.convert",
-        "cmpnn_dist.storage",
-    ):
-        module += ".__main__"
-    mod = importlib.import_module(module)
+    name = module.removeprefix("cmpnn_dist.")
+    mod = importlib.import_module(f"cmpnn_dist.cli.{'batch' if name == 'predict.batch' else name}")
     return getattr(mod, "_main", None) or mod.main
 
 

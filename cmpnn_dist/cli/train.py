@@ -9,7 +9,6 @@ otherwise training runs in this process.  The last stdout line is one JSON objec
 
 from __future__ import annotations
 
-import importlib
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -194,9 +193,11 @@ def sweep(preset: str, overrides: list[str], name: str | None) -> dict[str, Any]
             ensure_dataset(c)
     from cmpnn_dist.distributed.tune_trials import run_sweep
 
-    # by its importable name, so that Ray pickles a reference (this file may run as __main__)
-    cell_fn = importlib.import_module("cmpnn_dist.train").train_cell
-    result = run_sweep(configs, preset, fixed, cells, name or default_sweep_name(preset), cell_fn)
+    # this module is always imported by its name (the ``-m`` alias imports it), so Ray pickles
+    # ``train_cell`` as a reference to ``cmpnn_dist.cli.train``
+    result = run_sweep(
+        configs, preset, fixed, cells, name or default_sweep_name(preset), train_cell
+    )
     if result["stopped_by"] is not None:  # Ctrl-C / SIGTERM: the running cells checkpointed
         raise SweepInterrupted(result)
     if result["errors"]:
