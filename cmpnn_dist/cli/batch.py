@@ -28,12 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cmpnn_dist.openmp_env import set_openmp_defaults
-
-set_openmp_defaults()  # before torch loads OpenMP (see cmpnn_dist/openmp_env.py)
-
-from cmpnn_dist.cli.common import int_arg, run_cli, split_args  # noqa: E402
-from cmpnn_dist.errors import UsageError  # noqa: E402
+from cmpnn_dist.cli.common import int_arg, run_cli, split_args
+from cmpnn_dist.errors import UsageError
 
 SPECIAL = [
     "ckpt", "relation", "heads", "top_k", "out", "known", "batch_size", "part_size",

@@ -28,14 +28,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cmpnn_dist.openmp_env import set_openmp_defaults
-
-set_openmp_defaults()  # before torch loads OpenMP (see cmpnn_dist/openmp_env.py)
-
-from cmpnn_dist.cli.common import run_cli, split_args  # noqa: E402
-from cmpnn_dist.config import Config  # noqa: E402
-from cmpnn_dist.convert.prepare import ensure_dataset  # noqa: E402
-from cmpnn_dist.errors import UsageError  # noqa: E402
+from cmpnn_dist.cli.common import run_cli, split_args
+from cmpnn_dist.config import Config
+from cmpnn_dist.convert.prepare import ensure_dataset
+from cmpnn_dist.errors import UsageError
 
 EVALUATIONS = "evaluations"
 RESULTS = "results.json"

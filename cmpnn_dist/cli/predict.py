@@ -19,16 +19,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cmpnn_dist.openmp_env import set_openmp_defaults
+import pandas as pd
 
-set_openmp_defaults()  # before torch loads OpenMP (see cmpnn_dist/openmp_env.py)
-
-import pandas as pd  # noqa: E402
-
-from cmpnn_dist.cli.common import int_arg, run_cli, split_args  # noqa: E402
-from cmpnn_dist.errors import UsageError  # noqa: E402
-from cmpnn_dist.predict.names import Query, read_queries  # noqa: E402
-from cmpnn_dist.storage.atomic import write_atomic  # noqa: E402
+from cmpnn_dist.cli.common import int_arg, run_cli, split_args
+from cmpnn_dist.errors import UsageError
+from cmpnn_dist.predict.names import Query, read_queries
+from cmpnn_dist.storage.atomic import write_atomic
 
 SPECIAL = [
     "ckpt",

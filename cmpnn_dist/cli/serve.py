@@ -23,14 +23,10 @@ import sys
 import time
 from typing import Any
 
-from cmpnn_dist.openmp_env import set_openmp_defaults
-
-set_openmp_defaults()  # before torch loads OpenMP (see cmpnn_dist/openmp_env.py)
-
-from cmpnn_dist.cli.common import run_cli, split_args  # noqa: E402
-from cmpnn_dist.serve import launch  # noqa: E402
-from cmpnn_dist.serve.settings import PREDICT_KEYS, SERVE_KEYS, settings_from  # noqa: E402
-from cmpnn_dist.serve.signals import ServerStopped, StopSignals  # noqa: E402
+from cmpnn_dist.cli.common import run_cli, split_args
+from cmpnn_dist.serve import launch
+from cmpnn_dist.serve.settings import PREDICT_KEYS, SERVE_KEYS, settings_from
+from cmpnn_dist.serve.signals import ServerStopped, StopSignals
 
 HELP_CONFIG_KEYS = False
 

@@ -13,15 +13,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from cmpnn_dist.openmp_env import set_openmp_defaults
-
-set_openmp_defaults()  # before torch loads OpenMP (see cmpnn_dist/openmp_env.py)
-
-from cmpnn_dist.cli.common import compose_config, run_cli, split_args  # noqa: E402
-from cmpnn_dist.config import Config  # noqa: E402
-from cmpnn_dist.convert.prepare import ensure_dataset  # noqa: E402
-from cmpnn_dist.errors import UsageError  # noqa: E402
-from cmpnn_dist.evaluation.metrics import RESULT_LABELS  # noqa: E402
+from cmpnn_dist.cli.common import compose_config, run_cli, split_args
+from cmpnn_dist.config import Config
+from cmpnn_dist.convert.prepare import ensure_dataset
+from cmpnn_dist.errors import UsageError
+from cmpnn_dist.evaluation.metrics import RESULT_LABELS
 
 
 def train(
@@ -57,7 +53,7 @@ def train(
         check_settings(cfg)
         backend_for(cfg)
 
-    def load(path: Any) -> tuple[str | None, Any]:  # before the lock: the warning, the data
+    def load(cfg: Config, path: Any) -> tuple[str | None, Any]:  # before the lock
         warning = dataset_edge_removal_warning(cfg.train.remove_query_edges, path)
         return warning, None if distributed else load_train_data(path, cfg.eval.filter)
 

@@ -10,6 +10,12 @@ import os
 from pathlib import Path
 
 ENV_STORAGE_ROOT = "CMPNN_STORAGE_ROOT"
+RAY_WORKING_DIR_MARK = "runtime_resources/working_dir_files"
+
+
+def in_ray_working_dir(path: Path | None = None) -> bool:
+    """True when ``path`` (default: the working dir) is a ``ray job --working-dir`` copy."""
+    return RAY_WORKING_DIR_MARK in str(path or Path.cwd())
 
 
 def default_storage_root() -> str:
@@ -18,6 +24,6 @@ def default_storage_root() -> str:
     env = os.environ.get(ENV_STORAGE_ROOT)
     if env:
         return env if "://" in env else str(Path(env).expanduser().resolve())
-    if "runtime_resources/working_dir_files" in str(Path.cwd()):
+    if in_ray_working_dir():
         return str(Path.home() / "cmpnn_dist" / "storage")
     return str(Path.cwd() / "storage")

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from cmpnn_dist.config import ENV_STORAGE_ROOT, default_storage_root  # noqa: F401 (re-export)
+from cmpnn_dist.config.environment import in_ray_working_dir
 from cmpnn_dist.storage import fs
 from cmpnn_dist.storage.atomic import failing_writes, write_all
 from cmpnn_dist.storage.errors import StorageError
@@ -37,12 +38,6 @@ from .writer_lock import LOCK_FILE, WRITER_FILE, wait_for_writer
 
 ENV_MIN_FREE_MB = "CMPNN_MIN_FREE_MB"
 DEFAULT_MIN_FREE_MB = 64
-RAY_WORKING_DIR_MARK = "runtime_resources/working_dir_files"
-
-
-def in_ray_working_dir(path: Path | None = None) -> bool:
-    """True when ``path`` (default: the working dir) is a ``ray job --working-dir`` copy."""
-    return RAY_WORKING_DIR_MARK in str(path or Path.cwd())
 
 
 def resolve_storage_root(value: str) -> str:

@@ -12,7 +12,7 @@ so the Ray driver repeats none of it):
 3. the dataset is built or found (:func:`~cmpnn_dist.convert.prepare.ensure_dataset`) and big
    enough for one batch (:mod:`cmpnn_dist.runs.preflight`);
 4. a run that is finished for this config is recognised (``Prepared.done``, read-only);
-   otherwise ``load(dataset)`` runs (what the caller needs of the data before the lock), the
+   otherwise ``load(cfg, dataset)`` runs (what the caller needs of the data before the lock), the
    run folder is claimed (:func:`~cmpnn_dist.runs.folder.claim_run`) and the resume point is
    checked against the config.
 
@@ -54,7 +54,7 @@ class Prepared:
 def prepare(
     cfg: Config,
     checks: Callable[[Config], None] | None = None,
-    load: Callable[[Path], Any] | None = None,
+    load: Callable[[Config, Path], Any] | None = None,
 ) -> Prepared:
     """Run the checks of a start for ``cfg`` (left as given) and claim its run folder."""
     cfg = copy.deepcopy(cfg)
@@ -70,7 +70,7 @@ def prepare(
         done = preflight.finished_summary(cfg, run, sizes)  # read-only, before the lock
         if done is not None:
             return Prepared(cfg, path, sizes, run, done, None)
-        loaded = None if load is None else load(path)
+        loaded = None if load is None else load(cfg, path)
         claim = rf.claim_run(run, cfg.resume)  # one run per folder (resume=false: aside)
         try:
             preflight.check_resume_point(cfg, run, sizes)
