@@ -124,21 +124,28 @@ def test_run_print_gives_the_readout_sweep_as_it_was_started(capsys):
 
 
 def test_table_renders_the_archived_readout_cell(tmp_path):
-    """``table --table readout`` on the archive as committed: the one finished cell (what
-    ``paper_inductive.py save`` wrote from the real run) with its own numbers, the rest not
-    run."""
+    """``table --table readout`` on the archive as committed: each finished cell (what
+    ``paper_inductive.py save`` wrote from a real run: none and relation on fb237_ind_v1,
+    seed 0) with its own numbers, the rest not run."""
     assert paper_inductive.main(["table", "--table", "readout", "--out", str(tmp_path)]) == 0
-    cell = TABLES["readout"].archive / READOUT_CELL
-    res = json.loads((cell / "results.json").read_text())["test"]
-    facts = json.loads((cell / "facts.json").read_text())
     doc = json.loads((tmp_path / "paper_readout_cpu.json").read_text())
-    (done,) = doc["cells"]
-    assert done["run"] == READOUT_CELL and done["test"] == res and done["facts"] == facts
-    assert doc["reproduced"] == 1 and doc["paper_cells"] == 24
     text = (tmp_path / "paper_readout_cpu.md").read_text()
-    row = (f"| none | fb237_ind_v1 | 0.804 | {res['hits@10_50']:.3f} | "
-           f"{facts['hits@10_50']:.3f} | 0 (planned 0, 1, 2) | the paper's | paper |")  # fmt: skip
-    assert row in text
+    paper = {"none": "0.804", "relation": "0.835"}
+    assert sorted(c["run"] for c in doc["cells"]) == sorted(
+        READOUT_CELL.replace("readout=none", f"readout={r}") for r in paper
+    )
+    for done in doc["cells"]:
+        cell = TABLES["readout"].archive / done["run"]
+        res = json.loads((cell / "results.json").read_text())["test"]
+        facts = json.loads((cell / "facts.json").read_text())
+        assert done["test"] == res and done["facts"] == facts
+        readout = done["run"].rsplit("model.readout=", 1)[1]
+        row = (
+            f"| {readout} | fb237_ind_v1 | {paper[readout]} | {res['hits@10_50']:.3f} | "
+            f"{facts['hits@10_50']:.3f} | 0 (planned 0, 1, 2) | the paper's | paper |"
+        )
+        assert row in text
+    assert doc["reproduced"] == 2 and doc["paper_cells"] == 24
     assert "| sum | fb237_ind_v1 | 0.799 | not run | not run | (planned 0, 1, 2) |" in text
     assert "- command: `python benchmarks/paper_inductive.py run --table readout" in text
     assert "- commit: " in text and "- machine: " in text and "load: " in text
