@@ -48,7 +48,8 @@ def test_every_cell_composes_to_the_row_it_is_counted_for(name):
         cfg = compose_config(special["conf"], over)
         assert {k: str(v) for k, v in signature(cfg).items()} == c["signature"], c["run"]
         assert cfg.eval.hits_negatives_rule == "paper" and cfg.eval.filter == "all"
-        want = 20 if c["budget"] == "paper" else int(c["budget"].split()[1])
+        reduced = c["budget"].startswith("reduced")
+        want = int(c["budget"].split()[1]) if reduced else 20
         assert cfg.train.epochs == want, c["run"]
     assert len(seen) >= len(paper_rows(TABLES[name].label))
 
@@ -106,6 +107,9 @@ def test_conditions_and_budgets_from_overrides():
     assert sig["data.name"] == "fb237_ind_v3" and extra == ("train.epochs=4",)
     assert budget(extra) == "reduced: 4 of 20 epochs" and budget(()) == "paper"
     assert budget(("model.prior=relations",)) is None  # the basic table's prior: no paper row
+    code = ("model.readout_pool=mean", "model.readout_bias=true")
+    assert budget(code) == paper_tables.PAPER_CODE_READOUT  # a variant: rows of its own
+    assert budget(code[:1]) is None
 
 
 def test_run_print_gives_the_readout_sweep_as_it_was_started(capsys):

@@ -23,6 +23,7 @@ Message = Literal[1, 2, 3, "query_mul", "relation_mul", "linear", "rotate", "tra
 Aggregate = Literal["sum", "mean", "max", "pna"]
 History = Literal["t", "0"]
 Readout = Literal["none", "sum", "relation"]
+ReadoutPool = Literal["sum", "mean"]
 Propagation = Literal["dense", "pruned"]
 ModelPrior = Literal["none", "relations"]
 PruneGate = Literal["straight_through", "sigmoid"]

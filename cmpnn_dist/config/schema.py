@@ -42,6 +42,7 @@ from cmpnn_dist.config.options import (
     PrunePriority,
     PruneUnvisited,
     Readout,
+    ReadoutPool,
     Split,
     Ties,
     number,
@@ -131,6 +132,10 @@ class ModelConfig:
     aggregate: str = option("sum", Aggregate)
     history: str = option("t", History)  # "t": f(t)=t,  "0": f(t)=0
     readout: str = option("none", Readout)
+    # sum: the paper's equations; mean: the sum / N (every node of the graph), the paper's code
+    # (readout_type mean); readout_bias: W_1, W_2 with a bias, as the paper's code's nn.Linear
+    readout_pool: str = option("sum", ReadoutPool)
+    readout_bias: bool = False
     num_layers: int = number(6, ge=0)
     hidden_dim: int = number(32, ge=1)
     decoder_hidden_dim: int = number(64, ge=1)

@@ -68,7 +68,7 @@ class CMPNNLayer(nn.Module):
         self.message = messages.build(cfg.message, num_relations, dim, cfg)
         self.aggregate = aggregations.build(cfg.aggregate)
         self.linear = nn.Linear(dim + self.aggregate.out_dim(dim), dim)
-        self.readout = Readout(cfg.readout, dim)
+        self.readout = Readout(cfg.readout, dim, cfg.readout_pool, cfg.readout_bias)
         self.norm = ordered.LayerNorm(dim) if cfg.layer_norm else nn.Identity()
 
     def forward(

@@ -7,8 +7,12 @@
 
 V_q^+ = nodes with an incoming q-edge, V_q^- = nodes with an outgoing q-edge, q the query
 relation of each query (an inverse id when predicting heads), computed on the kept edges
-(``edge_mask``).  W_1, W_2: Linear d -> d without bias.  The readout is one vector per query
-([B, d]) added to every node's pre-activation.
+(``edge_mask``).  The readout is one vector per query ([B, d]) added to every node's
+pre-activation.  W_1, W_2: Linear d -> d, without bias by default (the paper's equations);
+``bias=True`` adds one b_1, b_2 each.  ``pool="mean"`` divides each sum by N, the number of
+nodes of the graph: the paper's code (HxyScotthuang/CMPNN ``cmpnn/layer.py``: ``combine`` and
+``calculate_read_out`` with ``readout_type: mean``, whose masked ``.mean(dim=0)`` runs over all
+N nodes; its ``nn.Linear`` have a bias).
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from cmpnn_dist.config import Readout, choices
+from cmpnn_dist.config import Readout, ReadoutPool, choices
 from cmpnn_dist.graph import Graph
 
 READOUT_KINDS = choices(Readout)  # the one list: cmpnn_dist.config
+READOUT_POOLS = choices(ReadoutPool)
 
 
 def relation_node_sets(
@@ -52,29 +57,36 @@ def relation_node_sets(
 
 
 class Readout(nn.Module):
-    """Global readout of one layer; ``kind`` in none | sum | relation."""
+    """Global readout of one layer; ``kind`` in none | sum | relation; ``pool`` sum | mean
+    (the sums / N); ``bias``: W_1, W_2 with a bias."""
 
-    def __init__(self, kind: str, dim: int):
+    def __init__(self, kind: str, dim: int, pool: str = "sum", bias: bool = False):
         super().__init__()
         if kind not in READOUT_KINDS:
             raise ValueError(f"unknown model.readout {kind!r}; choices: {READOUT_KINDS}")
-        self.kind = kind
+        if pool not in READOUT_POOLS:
+            raise ValueError(f"unknown model.readout_pool {pool!r}; choices: {READOUT_POOLS}")
+        self.kind, self.pool = kind, pool
         if kind != "none":
-            self.w1 = nn.Linear(dim, dim, bias=False)
+            self.w1 = nn.Linear(dim, dim, bias=bias)
         if kind == "relation":
-            self.w2 = nn.Linear(dim, dim, bias=False)
+            self.w2 = nn.Linear(dim, dim, bias=bias)
+
+    def _pooled(self, total: Tensor, num_nodes: int) -> Tensor:
+        return total / num_nodes if self.pool == "mean" else total
 
     def forward(self, h: Tensor, node_sets: tuple[Tensor, Tensor] | None) -> Tensor | None:
         """Args: h float [N, B, d]; node_sets from :func:`relation_node_sets` (relation only).
         Returns: float [B, d], or None for ``none``."""
         if self.kind == "none":
             return None
+        n = h.shape[0]
         if self.kind == "sum":
-            return self.w1(h.sum(0))
+            return self.w1(self._pooled(h.sum(0), n))
         incoming, outgoing = node_sets
-        return self.w1(torch.einsum("bn,nbd->bd", incoming.to(h.dtype), h)) + self.w2(
-            torch.einsum("bn,nbd->bd", outgoing.to(h.dtype), h)
-        )
+        into = torch.einsum("bn,nbd->bd", incoming.to(h.dtype), h)
+        out_of = torch.einsum("bn,nbd->bd", outgoing.to(h.dtype), h)
+        return self.w1(self._pooled(into, n)) + self.w2(self._pooled(out_of, n))
 
     def rows(
         self,
@@ -96,7 +108,7 @@ class Readout(nn.Module):
 
         def total(weight: Tensor | None) -> Tensor:
             x = h if weight is None else h * weight.to(h.dtype).unsqueeze(1)
-            return h.new_zeros(batch, h.shape[1]).index_add(0, query, x)
+            return self._pooled(h.new_zeros(batch, h.shape[1]).index_add(0, query, x), num_nodes)
 
         if self.kind == "sum":
             return self.w1(total(None))
