@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "base",
         (
             "cmpnn_dist.errors", "cmpnn_dist.config", "cmpnn_dist.graph", "cmpnn_dist.arrays",
-            "cmpnn_dist.openmp_env", "cmpnn_dist.paper",
+            "cmpnn_dist.openmp_env", "cmpnn_dist.paper", "cmpnn_dist.lazy",
         ),
     ),
     ("storage", ("cmpnn_dist.storage",)),

@@ -216,3 +216,32 @@ def test_the_config_registries_find_their_plugins_by_name_not_by_import():
         assert name in imp.modules(), name
         assert imp.layer(name) > imp.layer("cmpnn_dist.config"), name
         assert all(name not in graph[m] for m in graph if m.startswith("cmpnn_dist.config")), name
+
+
+WATCH_TORCH = """
+import importlib.abc, os, runpy, sys
+class Watch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" and os.environ.get("OMP_WAIT_POLICY") != "PASSIVE":
+            sys.stderr.write("torch imported before the OpenMP defaults\\n")
+            os._exit(3)
+        return None
+sys.meta_path.insert(0, Watch())
+sys.argv = [sys.argv[1], "--help"]
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("alias", sorted(m.removesuffix(".__main__") for m in imp.modules()
+                                         if imp.is_alias(m)))  # fmt: skip
+def test_every_command_sets_the_openmp_defaults_before_torch_loads(alias):
+    """``python -m <alias> --help`` in a fresh process: torch is first imported after the CLI
+    has set ``OMP_WAIT_POLICY`` (libgomp reads it once, at load; ``cmpnn_dist.openmp_env``), so
+    a package's ``__init__`` on the way to the command imports no torch."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    proc = subprocess.run([sys.executable, "-c", WATCH_TORCH, alias], cwd=imp.ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, (alias, proc.stderr[-2000:])

@@ -384,3 +384,29 @@ def test_cli_first_lines_and_evaluate_on_both_checkpoint_paths(tmp_path):
     again = run_module("cmpnn_dist.train", f"storage_root={tmp_path}", "run_name=r", *TINY)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "nothing to train: run 'r' finished at step 8" in again.stderr
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "demo",
+        "readout_v1/train.seed=0,data=fb237_ind_v1,model.readout=sum",
+        "it's mine",
+        "a\\b c",
+        "ends in \\",
+        "a \\' b",
+    ],  # fmt: skip
+)
+def test_the_resume_line_names_the_run_as_hydra_reads_it_back(name):
+    """The printed command resumes that very run: Hydra's override parser (what the CLI
+    composes with) reads its run_name back as the run's name, a sweep cell's included."""
+    import shlex
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    lines = rf.banner("/s/runs/x", "/s", ["conf=fb237_ind_v1", "run_name=old"], name)
+    argv = shlex.split(lines[1].removeprefix("resume with: "))
+    assert argv[:4] == ["python", "-m", "cmpnn_dist.train", "conf=fb237_ind_v1"]
+    parsed = {o.key_or_group: o.value() for o in OverridesParser.create().parse_overrides(argv[3:])}
+    assert parsed == {"conf": "fb237_ind_v1", "run_name": name}
+    assert (rf.override_value(name) == name) == (name == "demo")

@@ -7,7 +7,11 @@ Sources are a registry, one module each (:mod:`cmpnn_dist.convert.sources`): ``t
 inputs travel as one :class:`~cmpnn_dist.convert.sources.BuildSpec`.
 """
 
-from cmpnn_dist.convert.prepare import build, build_dataset, ensure_dataset
-from cmpnn_dist.convert.sources import BuildSpec
+from cmpnn_dist.lazy import exports
 
-__all__ = ["BuildSpec", "build", "build_dataset", "ensure_dataset"]
+__all__ = ["BuildSpec", "build", "build_dataset", "ensure_dataset"]  # imported on first use
+__getattr__, __dir__ = exports(
+    __name__,
+    {"BuildSpec": "cmpnn_dist.convert.sources", "build": "cmpnn_dist.convert.prepare",
+     "build_dataset": "cmpnn_dist.convert.prepare", "ensure_dataset": "cmpnn_dist.convert.prepare"},
+)  # fmt: skip

@@ -5,7 +5,9 @@
 (the explanation subgraph as PNG / SVG).  Command line: ``python -m cmpnn_dist.predict``.
 """
 
-from cmpnn_dist.predict.names import Query
-from cmpnn_dist.predict.predictor import Predictor
+from cmpnn_dist.lazy import exports
 
-__all__ = ["Predictor", "Query"]
+__all__ = ["Predictor", "Query"]  # imported on first use: torch loads after the CLI's defaults
+__getattr__, __dir__ = exports(
+    __name__, {"Predictor": "cmpnn_dist.predict.predictor", "Query": "cmpnn_dist.predict.names"}
+)

@@ -18,6 +18,7 @@ filesystem or a URI such as ``s3://bucket/cmpnn``), as for Ray Train's ``storage
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import tempfile
@@ -164,6 +165,16 @@ def check_not_run_file(path: Path, key: str) -> None:
             return
 
 
+def override_value(value: str) -> str:
+    """``value`` as Hydra's override grammar reads it back: as is when plain, else quoted (a
+    sweep cell's name, ``readout_v1/train.seed=0,data=...``, holds ``=`` and ``,``)."""
+    if re.fullmatch(r"[\w./:@%+-]+", value):
+        return value
+    # in quotes, Hydra reads a backslash as an escape only before a quote or the closing one
+    escaped = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, value).replace("'", "\\'")
+    return f"'{escaped}'"
+
+
 def banner(run: str, storage_root: str, argv: Sequence[str], run_name: str) -> list[str]:
     """The first lines of a run: where it lives and the command that resumes it."""
     source = (
@@ -174,7 +185,8 @@ def banner(run: str, storage_root: str, argv: Sequence[str], run_name: str) -> l
         else "default"
     )
     args = [a for a in argv if a.split("=", 1)[0].lstrip("+") not in ("run_name", "resume")]
-    resume = shlex.join(["python", "-m", "cmpnn_dist.train", *args, f"run_name={run_name}"])
+    name = override_value(run_name)
+    resume = shlex.join(["python", "-m", "cmpnn_dist.train", *args, f"run_name={name}"])
     return [
         f"run folder: {run}  (storage_root {storage_root}, {source})",
         f"resume with: {resume}",

@@ -3,11 +3,7 @@
 Layout and manifest: ``storage/README.md`` (and :mod:`cmpnn_dist.storage.format`).
 """
 
-from cmpnn_dist.storage.errors import StorageError
-from cmpnn_dist.storage.format import FORMAT_VERSION
-from cmpnn_dist.storage.reader import CSRShard, Dataset, GraphData, open_dataset
-from cmpnn_dist.storage.verify import verify_dataset
-from cmpnn_dist.storage.writer import GraphSpec, write_dataset
+from cmpnn_dist.lazy import exports
 
 __all__ = [
     "FORMAT_VERSION",
@@ -19,4 +15,12 @@ __all__ = [
     "open_dataset",
     "verify_dataset",
     "write_dataset",
-]
+]  # imported on first use (the reader and writer load torch)
+__getattr__, __dir__ = exports(
+    __name__,
+    {"FORMAT_VERSION": "cmpnn_dist.storage.format", "StorageError": "cmpnn_dist.storage.errors",
+     "CSRShard": "cmpnn_dist.storage.reader", "Dataset": "cmpnn_dist.storage.reader",
+     "GraphData": "cmpnn_dist.storage.reader", "open_dataset": "cmpnn_dist.storage.reader",
+     "verify_dataset": "cmpnn_dist.storage.verify", "GraphSpec": "cmpnn_dist.storage.writer",
+     "write_dataset": "cmpnn_dist.storage.writer"},
+)  # fmt: skip
