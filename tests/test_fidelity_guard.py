@@ -7,10 +7,9 @@ written by ``benchmarks/guard_power.py``: seeds 0-5 of the same command on two k
 AMD EPYC and an Intel Xeon, whose float paths train different models from one seed, so their
 runs are draws of one spread).  The threshold is ``mean - 2.576 s_up / sqrt(2)``, s_up the upper
 90 % confidence bound of the runs' standard deviation: a correct commit passes each metric with
-probability >= 0.995 (both >= 0.99) even when the spread is as wide as s_up.  At the recorded
-spread, a true loss of 0.03 in test Hits@10 of 50 (paper's rule) fails the guard with
-probability ~1 (>= 0.99 at s_up); test MRR, whose spread is wider, is a check against
-collapse (its power is in the results file and ``docs/testing.md``).
+probability >= 0.995 (both >= 0.99) even when the spread is as wide as s_up.  A true loss of
+0.03 fails it with probability 0.90 in test MRR (0.82 at s_up) and ~1 in test Hits@10 of 50
+under the paper's rule (the recorded 12 runs: MRR 0.725 +- 0.009, Hits@10_50 0.924 +- 0.005).
 """
 
 from __future__ import annotations
@@ -54,9 +53,9 @@ def fails(metric: str, true_mean: float, sd: float) -> float:
 
 def test_the_recorded_guard_has_power_and_rarely_fails_a_correct_commit():
     """From the recorded runs: each threshold passes a correct commit with probability
-    >= 0.995 at s_up, the Hits@10_50 one fails a loss of DELTA with probability >= 0.8 at s_up,
-    and both thresholds exclude a model that learned little (MRR 0.3, Hits@10_50 0.8); the
-    numbers the results file states are the ones computed here."""
+    >= 0.995 at s_up and fails a loss of DELTA with probability >= 0.8 at s_up, and both
+    exclude a model that learned little (MRR 0.3, Hits@10_50 0.8); the numbers the results
+    file states are the ones computed here."""
     for m in METRICS:
         r = recorded(m)
         assert fails(m, r["mean"], r["std_upper90"]) <= 0.005 + 1e-9, m
@@ -64,8 +63,7 @@ def test_the_recorded_guard_has_power_and_rarely_fails_a_correct_commit():
         assert math.isclose(r["guard"]["threshold"], threshold(m), rel_tol=1e-9)
         power = fails(m, r["mean"] - DELTA, r["std"])
         assert math.isclose(r["guard"]["power_at_std"], power, rel_tol=1e-6), m
-    hits = recorded("hits@10_50")
-    assert fails("hits@10_50", hits["mean"] - DELTA, hits["std_upper90"]) >= 0.8
+        assert fails(m, r["mean"] - DELTA, r["std_upper90"]) >= 0.8, m
     assert threshold("mrr") > 0.3 and threshold("hits@10_50") > 0.8
 
 
