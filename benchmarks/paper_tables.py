@@ -193,7 +193,7 @@ def budget(extra: tuple[str, ...]) -> str | None:
         return "paper"
     if len(extra) == 1 and extra[0].startswith("train.epochs="):
         return f"reduced: {extra[0].split('=')[1]} of {EPOCHS} epochs"
-    return VARIANTS.get(tuple(sorted(extra)))
+    return VARIANTS.get(tuple(sorted(e.lower() for e in extra)))  # the sweep writes True
 
 
 def paper_rows(label: str) -> list[tuple[dict[str, str], dict[str, float]]]:
