@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU checks for the fused Triton message passing (issue 5), one short script for a device run:
-#   1. tests/test_ops_fused.py on CUDA (float64 parity + gradcheck on the compiled kernels,
+#   1. tests/unit/ops/test_ops_fused.py on CUDA (float64 parity + gradcheck on the compiled kernels,
 #      and the @gpu float32-hub / bfloat16 checks), first tiling only (no autotune: compiles),
 #      then the parity / GPU tests again with a column-tiled, hinted, software-pipelined
 #      (stages 3), no-prefetch tiling;
@@ -35,7 +35,7 @@ echo "pytest rc=$? in $(( $(date +%s) - t0 ))s" | tee -a "$OUT/pytest_gpu.txt"
 tail -4 "$OUT/pytest_gpu.txt"
 t0=$(date +%s)
 CMPNN_TRITON_CONFIGS="16,64,4,3,1,0" timeout "${TEST_TIMEOUT:-150}" python -m pytest \
-  tests/test_ops_fused.py -q -p no:cacheprovider -k "parity or gpu_" >> "$OUT/pytest_gpu.txt" 2>&1
+  tests/unit/ops/test_ops_fused.py -q -p no:cacheprovider -k "parity or gpu_" >> "$OUT/pytest_gpu.txt" 2>&1
 echo "pytest (16,64,4,3,1,0) rc=$? in $(( $(date +%s) - t0 ))s" | tee -a "$OUT/pytest_gpu.txt"
 tail -2 "$OUT/pytest_gpu.txt"
 t0=$(date +%s)

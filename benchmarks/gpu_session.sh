@@ -88,7 +88,7 @@ if want tests; then
     --continue-on-collection-errors -m gpu tests > "$W/pytest_gpu.txt" 2>&1
   rc "pytest -m gpu" $?; tail -3 "$W/pytest_gpu.txt"
   CMPNN_TRITON_AUTOTUNE=0 timeout "$(cap 90)" python -m pytest -q -p no:cacheprovider \
-    tests/test_ops_fused.py >> "$W/pytest_gpu.txt" 2>&1
+    tests/unit/ops/test_ops_fused.py >> "$W/pytest_gpu.txt" 2>&1
   rc "pytest test_ops_fused" $?; tail -2 "$W/pytest_gpu.txt"
   pack
 fi

@@ -15,10 +15,10 @@ time.
 seeds of the same sweep: a CPU of another kind trains another model from the same seed, so its
 runs are more draws of the same spread), each cell keeping the machine it ran on, and
 ``--name`` names the pooled result.  The result also gives the guard that
-``tests/test_fidelity_guard.py`` runs: ``GUARD_SEEDS`` fresh seeds, failing a metric below
-``mean - GUARD_Z * s_up / sqrt(k)`` with s_up the upper bound above, so that a correct commit
-passes both metrics with probability >= 0.99 even when the spread is that wide, and its power
-against a loss of ``delta`` at s and at s_up.
+``tests/integration/test_fidelity_guard.py`` runs: ``GUARD_SEEDS`` fresh seeds, failing a
+metric below ``mean - GUARD_Z * s_up / sqrt(k)`` with s_up the upper bound above, so that a
+correct commit passes both metrics with probability >= 0.99 even when the spread is that wide,
+and its power against a loss of ``delta`` at s and at s_up.
 
     python benchmarks/guard_power.py --storage STORE --sweep NAME [--delta 0.03]
         [--pool OLD.json ...] [--name NAME]
@@ -163,8 +163,9 @@ def main() -> int:
         lines.append(f"| test {m} | {vals} | {v['mean']:.4f} | {v['std']:.4f} | "
                      f"{v['std_upper90']:.4f} | {pw} |")  # fmt: skip
     lines += ["", "Power in parentheses: at the upper bound of the deviation.", "",
-              f"The guard (`tests/test_fidelity_guard.py`): {GUARD_SEEDS} fresh seeds, failing a "
-              f"metric below mean - {GUARD_Z} s_up / sqrt({GUARD_SEEDS}):", "",
+              "The guard (`tests/integration/test_fidelity_guard.py`): "
+              f"{GUARD_SEEDS} fresh seeds, failing a metric below "
+              f"mean - {GUARD_Z} s_up / sqrt({GUARD_SEEDS}):", "",
               "| metric | threshold | power (at s / at s_up) | false alarm (at s / at s_up) |",
               "|---|---|---|---|"]  # fmt: skip
     for m, v in summary.items():

@@ -23,7 +23,7 @@ from their newest checkpoints and skips the finished ones.  A table's finished c
 archived (``paper_inductive.py save --table NAME``) in ``results/paper_<name>_runs/<sweep>/
 <cell>/`` as the basic table's are, and ``table`` reads that archive (and the shared sweeps'
 archives) alone.  Which paper row a cell reproduces comes from its overrides (:func:`conditions`,
-checked against the composed config by ``tests/test_paper_tables.py``); a cell with
+checked against the composed config by ``tests/benchmarks/test_paper_tables.py``); a cell with
 ``train.epochs`` set is a reduced budget, shown as such and never counted as reproduced.
 """
 

@@ -9,7 +9,8 @@ directions).  Cells: ``--ratios`` (``dense`` or a ``model.prune.node_ratio``, te
 same) x ``--priors`` (``none`` / ``relations``: ``model.prior=relations``).  Per cell: test MRR
 and Hits@10 (full typed ranking), and where the test answers lie: beyond the model's T layers
 from the query's source in the training graph (no model can score them by propagation), and,
-for pruned cells, answers the model did not visit (``pruned_unvisited.answer_visited``).
+for pruned cells, answers the model did not visit
+(``cmpnn_dist.model.pruned_visits.answers_visited``).
 
     python benchmarks/pruned_biokg_rules.py --scale 0.1 --steps 500 --storage /work/bk
 
@@ -60,8 +61,8 @@ def answers(run: Path, storage: str) -> dict:
     """Test answers beyond ``LAYERS`` hops and, for a pruned model, not visited."""
     import pyarrow.parquet as pq
     import torch
-    from pruned_unvisited import answer_visited
 
+    from cmpnn_dist.model.pruned_visits import answers_visited
     from cmpnn_dist.runs.load import load_model
     from cmpnn_dist.training.data import load_train_data
 
@@ -90,7 +91,7 @@ def answers(run: Path, storage: str) -> dict:
     out = {"rankings": int(len(src)), "beyond_layers": int((~within).sum())}
     if model.pruned is not None:
         model.eval()
-        visited = answer_visited(
+        visited = answers_visited(
             model, g, torch.as_tensor(src), torch.as_tensor(rel), torch.as_tensor(dst)
         )
         out["unvisited"] = int((~visited).sum())

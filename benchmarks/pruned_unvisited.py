@@ -29,33 +29,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 from pruned_gap import test_rankings, within_hops  # noqa: E402
 
-
-def answer_visited(
-    model: torch.nn.Module, graph, sources: torch.Tensor, rels: torch.Tensor, answers: torch.Tensor
-) -> np.ndarray:
-    """bool [Q]: the pruned ``model`` visits ``answers[i]`` from ``(sources[i], rels[i])``
-    (eval mode, batches of 32; the source itself counts as visited)."""
-    pruned = model.pruned
-    if pruned is None:
-        return np.ones(len(sources), dtype=bool)
-    # both priors off (pruned.unvisited: the unvisited candidates'; model.prior: every one's)
-    prior, pruned.unvisited = pruned.unvisited, None
-    every, model.prior = model.prior, None
-    out = []
-    try:
-        with torch.no_grad():
-            for i in range(0, len(sources), 32):
-                s, r, a = sources[i : i + 32], rels[i : i + 32], answers[i : i + 32]
-                logits = model(graph, s, r)
-                z = model.query(r)
-                const = model.decoder(z.new_zeros(len(s), 1, z.shape[1]), z)  # [b, 1]
-                seen = logits != const.to(logits.dtype)
-                seen[torch.arange(len(s)), s] = True
-                out.append(seen[torch.arange(len(s)), a])
-    finally:
-        pruned.unvisited = prior
-        model.prior = every
-    return torch.cat(out).numpy()
+from cmpnn_dist.model.pruned_visits import answers_visited  # noqa: E402
 
 
 def split(run: Path, storage: str, hops: int, rule: str = "paper") -> dict:
@@ -68,7 +42,7 @@ def split(run: Path, storage: str, hops: int, rule: str = "paper") -> dict:
     t = test_rankings(run, rule)
     src, dst = torch.as_tensor(t["source"]), torch.as_tensor(t["answer"])
     rel = torch.as_tensor(np.where(t["tail"], t["relation"], t["relation"] + model.num_relations))
-    visited = answer_visited(model, g, src, rel, dst)
+    visited = answers_visited(model, g, src, rel, dst)
     seen = within_hops(g.src.numpy(), g.dst().numpy(), g.num_nodes, t["source"], hops)
     within = seen[np.arange(len(src)), t["answer"]]
     hits = t["hits"]

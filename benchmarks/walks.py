@@ -11,7 +11,7 @@ Each walk runs in a fresh process under ``sys.setprofile``; every call whose cal
   module bodies and registrations, does not count: that is ``imported``);
 * ``imported``: package modules imported during the walk;
 * ``hops``: distinct caller-file -> callee-file pairs between two package files;
-* ``climbs``: those hops that go up the layer order of docs/design.md (``tests/_imports.py``
+* ``climbs``: those hops that go up the layer order of docs/design.md (``tests/helpers/imports.py``
   LAYERS; entry points on top) along an import: a library importing and calling a higher
   layer or an entry point.  Calls up through a registered callback (the schema running a check
   the message registry registered) are listed apart, as ``callback``: no import goes up.
@@ -108,7 +108,7 @@ def _trace(run: object) -> dict[str, object]:
         sys.setprofile(None)
     layers = {f: _layer_of(f, root) for f in files | {c for c, _ in hops}}
     up = [(layers[a][0], layers[b][0]) for a, b in hops if layers[b][1] > layers[a][1]]
-    imports = _import_graph()  # the walked checkout's imports (tests/_imports.py's AST walk)
+    imports = _import_graph()  # the walked checkout's imports (tests/helpers/imports.py's AST walk)
 
     def imported(a: str, b: str) -> bool:  # a imports b, or a package that b is part of
         return any(b == d or b.startswith(d + ".") for d in imports.get(a, ()))

@@ -4,7 +4,7 @@ For each split's message graph (``train.txt`` of fb237_v1, fb237_v1_ind, WN18RR_
 WN18RR_v1_ind) and each test (rwl1, rwl1+, rawl2, rawl2+, rwl2, rwl2+): ``--rounds`` rounds
 (default 6, the depth of the paper's C-MPNN) or, with ``--stable``, until the colouring is
 stable; wall seconds, seconds per round, colour classes.  Side by side in the same run: one
-round of rawl2 by the dict-based reference of the tests (tests/_wl_reference.py) against the
+round of rawl2 by the dict-based reference of the tests (tests/helpers/wl_reference.py) against the
 vectorised one on the smallest split, and their ratio.  Results: results/wl_time.{json,md}.
 
     python benchmarks/wl_time.py [--rounds 6 | --stable] [--splits fb237_v1 ...]

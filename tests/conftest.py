@@ -10,13 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers.paths import require_shared_data
+
 # Without CUDA the Triton kernels run in Triton's interpreter; the flag must be set before
 # any module imports triton.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -36,28 +35,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     )
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is False)")
     for item in items:
-        if "slow" in item.keywords and not config.getoption("--runslow"):
+        if item.get_closest_marker("slow") and not config.getoption("--runslow"):
             item.add_marker(skip_slow)
-        if "integration" in item.keywords and not config.getoption("--integration"):
+        if item.get_closest_marker("integration") and not config.getoption("--integration"):
             item.add_marker(skip_integration)
-        if "gpu" in item.keywords and not torch.cuda.is_available():
+        if item.get_closest_marker("gpu") and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
-
-
-def running_in_ci() -> bool:
-    """True where the environment says CI (``CI=true``, as CI services and ``.ci/run`` set)."""
-    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
-
-
-def require_shared_data(folder: Path = SHARED_DATA) -> Path:
-    """``folder`` when it exists.  Absent: a failure in CI, where the reference graphs are
-    always there (a skip would hide every test that reads them), else a skip saying so."""
-    if not folder.is_dir():
-        message = f"reference data folder {folder} is absent"
-        if running_in_ci():
-            pytest.fail(f"{message}, and CI=true: CI must provide it")
-        pytest.skip(message)
-    return folder
 
 
 @pytest.fixture(scope="session")
@@ -68,10 +51,10 @@ def shared_data() -> Path:
 
 @pytest.fixture(scope="session")
 def real_run(tmp_path_factory) -> dict:
-    """A tiny real run (tests/_real_run.py) under a local storage root: its summary, with
+    """A tiny real run (tests/helpers/real_run.py) under a local storage root: its summary, with
     ``root`` (the storage root), ``run_dir`` (the run folder, a local path) and ``files`` (the
     files the run left in it)."""
-    from _real_run import run_files, train_tiny
+    from tests.helpers.real_run import run_files, train_tiny
 
     root = tmp_path_factory.mktemp("real_run_local")
     out = dict(train_tiny(str(root)))
@@ -84,7 +67,7 @@ def real_run_uri(tmp_path_factory) -> dict:
     """The same tiny run under a ``file://`` storage root: its summary, with ``root`` (the
     URI), ``base`` (the local folder behind it) and ``cwd`` (where it ran: nothing may land
     there)."""
-    from _real_run import run_files, train_tiny
+    from tests.helpers.real_run import run_files, train_tiny
 
     base = tmp_path_factory.mktemp("real_run_uri")
     cwd = tmp_path_factory.mktemp("real_run_uri_cwd")
@@ -189,13 +172,17 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Find (or build) the compiled CPU kernel before the first test runs: its cache key asks
     ``c++ --version``, a process the rule above refuses inside a fast-tier test, and a part of
     the suite run alone need not import the kernel's module while collecting, as the whole
-    suite does.  A machine without the kernel runs the pure-torch path, as the tests expect."""
+    suite does.  A machine without the kernel runs the pure-torch path, as the tests expect.
+    Matplotlib's font list likewise: a fresh machine builds it on first use, asking
+    ``fc-list``, so whichever test draws first would trip the rule."""
     if not session.items:
         return
     try:
         import cmpnn_dist.ops.cpu  # noqa: F401  (loads the library)
     except Exception:  # noqa: BLE001  (KernelUnavailable, or torch absent: the tests say so)
         pass
+    with contextlib.suppress(ImportError):
+        import matplotlib.font_manager  # noqa: F401  (builds the font cache once)
 
 
 @pytest.hookimpl(hookwrapper=True)

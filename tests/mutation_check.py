@@ -58,44 +58,44 @@ MUTATIONS: list[Mutation] = [
         "csr_inverse_relation", "storage", "cmpnn_dist/storage/csr.py",
         "| (r + num_relations)", "| r",
         "inverse edges get the forward relation id instead of r + |R|",
-        ("tests/test_storage_format.py::test_fast_csr_equals_reference",),
+        ("tests/unit/storage/test_storage_format.py::test_fast_csr_equals_reference",),
     ),
     Mutation(
         "shard_offsets_not_shifted", "storage", "cmpnn_dist/storage/reader.py",
         "offs.append(s.indptr[:-1] + total)", "offs.append(s.indptr[:-1])",
         "a graph of several shards keeps each shard's local row offsets",
-        ("tests/test_storage_format.py::test_roundtrip_equals_numpy",),
+        ("tests/unit/storage/test_storage_format.py::test_roundtrip_equals_numpy",),
     ),
     Mutation(
         "shard_id_range_inclusive", "storage", "cmpnn_dist/storage/reader.py",
         "int(hi) < upper", "int(hi) <= upper",
         "a source or relation id equal to the bound passes the structural check",
-        ("tests/test_storage_errors.py::test_structural_checks_on_open",),
+        ("tests/unit/storage/test_storage_errors.py::test_structural_checks_on_open",),
     ),
     Mutation(
         "stamp_ignores_ctime", "storage", "cmpnn_dist/storage/integrity.py",
         '"ctime_ns": st.st_ctime_ns,', '"ctime_ns": 0,',
         "the verification stamp trusts a file rewritten with its size and mtime restored",
-        ("tests/test_shard_verify.py::test_stamp_spares_the_hash_until_a_file_changes",),
+        ("tests/unit/storage/test_shard_verify.py::test_stamp_spares_the_hash_until_a_file_changes",),
     ),
     Mutation(
         "stamp_fresh_files", "storage", "cmpnn_dist/storage/integrity.py",
         "if now - st.st_ctime_ns > SETTLE_NS:", "if now - st.st_ctime_ns < SETTLE_NS:",
         "files changed just now are stamped, settled ones are not",
-        ("tests/test_shard_verify.py::test_files_changed_just_now_are_hashed_every_time",),
+        ("tests/unit/storage/test_shard_verify.py::test_files_changed_just_now_are_hashed_every_time",),
     ),
     Mutation(
         "append_overwrites", "storage", "cmpnn_dist/storage/atomic.py",
         "write_all(fd, raw, size)", "write_all(fd, raw, 0)",
         "append_text writes at the start of the file instead of its end",
-        ("tests/test_atomic_writes.py::test_write_atomic_replaces_whole",),
+        ("tests/unit/storage/test_atomic_writes.py::test_write_atomic_replaces_whole",),
     ),
     # ------------------------------------------------------------------ ops
     Mutation(
         "sumsq_gradient", "ops", "cmpnn_dist/ops/chunked.py",
         "msg, value=2.0)", "msg, value=1.0)",
         "the sum-of-squares reduction's gradient is m instead of 2 m",
-        ("tests/test_ops_reference.py::test_reference_matches_naive_values_and_gradients"
+        ("tests/unit/ops/test_ops_reference.py::test_reference_matches_naive_values_and_gradients"
          " -k 16777216-False",),
     ),
     Mutation(
@@ -103,13 +103,13 @@ MUTATIONS: list[Mutation] = [
         "hit.div_(gather(ties[a], d, 5)).mul_(gather(g[a], d, 5))",
         "hit.mul_(gather(g[a], d, 5))",
         "a max / min gradient goes whole to every tied message instead of being shared",
-        ("tests/test_ops_reference.py::test_reference_matches_naive_with_tied_messages",),
+        ("tests/unit/ops/test_ops_reference.py::test_reference_matches_naive_with_tied_messages",),
     ),
     Mutation(
         "isolated_nodes_keep_inf", "ops", "cmpnn_dist/ops/chunked.py",
         "empty = (degree == 0).view(-1, 1, 1)", "empty = (degree < 0).view(-1, 1, 1)",
         "max / min of a node without in-edges stay -inf / +inf instead of 0",
-        ("tests/test_ops_reference.py::test_reference_matches_naive_values_and_gradients"
+        ("tests/unit/ops/test_ops_reference.py::test_reference_matches_naive_values_and_gradients"
          " -k 16777216-False",),
     ),
     Mutation(
@@ -117,13 +117,13 @@ MUTATIONS: list[Mutation] = [
         "else ew.transpose(0, 1).contiguous()",
         "else ew.reshape(ew.shape[1], ew.shape[0]).contiguous()",
         "per-query edge weights [B, E] handed to the compiled kernel reshaped, not transposed",
-        ("tests/test_ops_cpu.py::test_cpu_matches_naive -k per_query",),
+        ("tests/unit/ops/test_ops_cpu.py::test_cpu_matches_naive -k per_query",),
     ),
     Mutation(
         "basis_message_transposed", "ops", "cmpnn_dist/ops/messages.py",
         "torch.bmm(x_src, weights.transpose(1, 2))", "torch.bmm(x_src, weights)",
         "the basis message (the generic path and the naive oracle) computes W_r^T x, not W_r x",
-        ("tests/test_ops_reference.py::test_reference_matches_naive_values_and_gradients"
+        ("tests/unit/ops/test_ops_reference.py::test_reference_matches_naive_values_and_gradients"
          " -k 16777216-False-basis",),
     ),
     # ------------------------------------------------------------------ model
@@ -131,52 +131,53 @@ MUTATIONS: list[Mutation] = [
         "readout_sets_swapped", "model", "cmpnn_dist/model/readout.py",
         "for nodes in (graph.dst(), graph.src):", "for nodes in (graph.src, graph.dst()):",
         "the relation readout's V_q^+ and V_q^- are swapped",
-        ("tests/test_model_slow_reference.py::test_batched_equals_per_pair -k relation",),
+        ("tests/unit/model/test_model_slow_reference.py::test_batched_equals_per_pair"
+         " -k relation",),
     ),
     Mutation(
         "relu_before_norm", "model", "cmpnn_dist/model/layer.py",
         "out = torch.relu(self.norm(pre))", "out = self.norm(torch.relu(pre))",
         "the layer applies ReLU before the layer norm",
-        ("tests/test_model_slow_reference.py::test_batched_equals_per_pair -k mean",),
+        ("tests/unit/model/test_model_slow_reference.py::test_batched_equals_per_pair -k mean",),
     ),
     Mutation(
         "shortcut_adds_history", "model", "cmpnn_dist/model/layer.py",
         "return out + h if self.shortcut else out",
         "return out + h_hist if self.shortcut else out",
         "the shortcut adds h^{f(t)} instead of h^(t)",
-        ("tests/test_model_slow_reference.py::test_batched_equals_per_pair -k mean",),
+        ("tests/unit/model/test_model_slow_reference.py::test_batched_equals_per_pair -k mean",),
     ),
     Mutation(
         "init_replaces_noise", "model", "cmpnn_dist/model/init.py",
         "accumulate=True", "accumulate=False",
         "INIT overwrites the uniform noise at the source instead of adding to it",
-        ("tests/test_model.py::test_uniform_init_noise_is_the_paper_codes_boundary",),
+        ("tests/unit/model/test_model.py::test_uniform_init_noise_is_the_paper_codes_boundary",),
     ),
     Mutation(
         "init3_without_noise", "model", "cmpnn_dist/model/init.py",
         "return z_q + torch.randn_like(z_q)", "return z_q + torch.zeros_like(z_q)",
         "INIT 3 draws no noise (it becomes INIT 2)",
-        ("tests/test_model.py::test_init3_draws_fresh_noise_each_forward",),
+        ("tests/unit/model/test_model.py::test_init3_draws_fresh_noise_each_forward",),
     ),
     Mutation(
         "decoder_without_bias", "model", "cmpnn_dist/model/decoder.py",
         "self.hidden.weight[:, self.dim :], self.hidden.bias)",
         "self.hidden.weight[:, self.dim :])",
         "the decoder's hidden layer loses its bias",
-        ("tests/test_model_slow_reference.py::test_batched_equals_per_pair -k mean",),
+        ("tests/unit/model/test_model_slow_reference.py::test_batched_equals_per_pair -k mean",),
     ),
     Mutation(
         "query_inverse_edge_kept", "model", "cmpnn_dist/graph.py",
         "self._triple_key(t_fwd, r_fwd + half, h_fwd),",
         "self._triple_key(t_fwd, r_fwd, h_fwd),",
         "query-edge removal keeps the query fact's inverse edge",
-        ("tests/test_graph.py::test_query_removes_the_fact_and_its_inverse_given_either_direction",),
+        ("tests/unit/test_graph.py::test_query_removes_the_fact_and_its_inverse_given_either_direction",),
     ),
     Mutation(
         "edge_mask_one_past_run", "model", "cmpnn_dist/graph.py",
         "hit = pos < hi[:, None]", "hit = pos <= hi[:, None]",
         "the query-edge mask also removes the edge after each matching run",
-        ("tests/test_graph.py",),
+        ("tests/unit/test_graph.py",),
     ),
     # ------------------------------------------------------------------ training
     Mutation(
@@ -184,95 +185,95 @@ MUTATIONS: list[Mutation] = [
         "self_adversarial_bce(pos, neg, temperature)",
         'self_adversarial_bce(pos, neg, float("inf"))',
         "the loss weights every negative alike (train.adversarial_temperature ignored)",
-        ("tests/test_training_builders.py::"
+        ("tests/unit/training/test_training_builders.py::"
          "test_loss_weights_negatives_by_the_configured_temperature",),
     ),
     Mutation(
         "adversarial_weights_not_detached", "training", "cmpnn_dist/training/loss.py",
         "torch.softmax(neg_logit.detach() / temperature", "torch.softmax(neg_logit / temperature",
         "gradients flow into the self-adversarial weights",
-        ("tests/test_training_loss.py",),
+        ("tests/unit/training/test_training_loss.py",),
     ),
     Mutation(
         "sampler_inverse_filter", "training", "cmpnn_dist/training/sampler.py",
         "self._key(t, r + self.num_relations, h)", "self._key(t, r, h)",
         "head-prediction queries may draw true heads as negatives",
-        ("tests/test_sampler.py::test_negatives_are_strict",),
+        ("tests/unit/training/test_sampler.py::test_negatives_are_strict",),
     ),
     Mutation(
         "sampler_inverse_types", "training", "cmpnn_dist/training/sampler.py",
         "seen[f[:, 1] + R, types[f[:, 0]]] = True", "seen[f[:, 1] + R, types[f[:, 2]]] = True",
         "typed negatives of an inverse relation come from the tails' types, not the heads'",
-        ("tests/test_sampler_typed.py",),
+        ("tests/unit/training/test_sampler_typed.py",),
     ),
     Mutation(
         "sampler_same_epochs", "training", "cmpnn_dist/training/sampler.py",
         "np.random.default_rng([self.seed, self._epoch])", "np.random.default_rng(self.seed)",
         "every epoch repeats the first epoch's order, coins and negatives",
-        ("tests/test_sampler.py::test_epochs_and_seeds_differ_and_cover_the_facts",),
+        ("tests/unit/training/test_sampler.py::test_epochs_and_seeds_differ_and_cover_the_facts",),
     ),
     Mutation(
         "warmup_starts_at_zero", "training", "cmpnn_dist/training/builders.py",
         "return (step + 1) / warmup", "return step / warmup",
         "the warmup's first update runs at learning rate 0",
-        ("tests/test_training_builders.py::test_lr_factor_by_hand",),
+        ("tests/unit/training/test_training_builders.py::test_lr_factor_by_hand",),
     ),
     Mutation(
         "schedule_not_restored", "training", "cmpnn_dist/training/trainer.py",
         'if state.get("scheduler") is not None:', "if False:",
         "a resumed run restarts its learning-rate schedule",
-        ("tests/test_training_builders.py::test_scheduled_run_resumes_bit_identically",),
+        ("tests/unit/training/test_training_builders.py::test_scheduled_run_resumes_bit_identically",),
     ),
     Mutation(
         "rng_not_restored", "training", "cmpnn_dist/training/trainer.py",
         'restore_rng_state(state["rng"])', "capture_rng_state()",
         "a resumed run does not restore the global RNGs (INIT 3's noise differs)",
-        ("tests/test_training.py::test_resume_after_crash_is_bit_identical",),
+        ("tests/unit/training/test_training.py::test_resume_after_crash_is_bit_identical",),
     ),
     # ------------------------------------------------------------------ evaluation
     Mutation(
         "target_counted_against_itself", "evaluation", "cmpnn_dist/evaluation/metrics.py",
         "negative[rows, target] = False", "negative[rows, target] = True",
         "the filtered rank counts the target as one of its own negatives",
-        ("tests/test_metrics.py::test_filtered_rank_hand_example_with_ties_and_filter",),
+        ("tests/unit/evaluation/test_metrics.py::test_filtered_rank_hand_example_with_ties_and_filter",),
     ),
     Mutation(
         "optimistic_ties", "evaluation", "cmpnn_dist/evaluation/metrics.py",
         "((scores >= target_score) & negative)", "((scores > target_score) & negative)",
         "ties rank the target above its tied candidates (optimistic, not pessimistic)",
-        ("tests/test_metrics.py::test_filtered_rank_hand_example_with_ties_and_filter",),
+        ("tests/unit/evaluation/test_metrics.py::test_filtered_rank_hand_example_with_ties_and_filter",),
     ),
     Mutation(
         "average_ties_full", "evaluation", "cmpnn_dist/evaluation/metrics.py",
         "equal.double() / 2", "equal.double()",
         "average ties count every tie whole",
-        ("tests/test_eval_protocols.py -k average",),
+        ("tests/unit/evaluation/test_eval_protocols.py -k average",),
     ),
     Mutation(
         "hits_at_10_strict", "evaluation", "cmpnn_dist/evaluation/metrics.py",
         '"hits@10": float((r <= 10)', '"hits@10": float((r < 10)',
         "Hits@10 leaves out rank 10",
-        ("tests/test_metrics.py::test_ranking_metrics_hand_values",
-         "tests/test_metrics.py::test_hits_at_k_counts_rank_k_itself"),
+        ("tests/unit/evaluation/test_metrics.py::test_ranking_metrics_hand_values",
+         "tests/unit/evaluation/test_metrics.py::test_hits_at_k_counts_rank_k_itself"),
     ),
     Mutation(
         "hits_10_50_paper_rule", "evaluation", "cmpnn_dist/evaluation/metrics.py",
         "m, p = num_negatives, r / (n + 1)", "m, p = num_negatives, (r - 1) / (n + 1)",
         "the paper's hits@10_50 rule leaves the target out of its own ranking",
-        ("tests/test_metrics.py::test_paper_rule_equals_the_paper_codes_evaluate",),
+        ("tests/unit/evaluation/test_metrics.py::test_paper_rule_equals_the_paper_codes_evaluate",),
     ),
     Mutation(
         "head_direction_forward_relation", "evaluation", "cmpnn_dist/evaluation/ranking.py",
         "rels = torch.cat([queries[:, 1], queries[:, 1] + num_relations])",
         "rels = torch.cat([queries[:, 1], queries[:, 1]])",
         "head prediction is ranked with the forward relation instead of its inverse",
-        ("tests/test_ranking.py::test_evaluate_equals_brute_force_both_directions",),
+        ("tests/unit/evaluation/test_ranking.py::test_evaluate_equals_brute_force_both_directions",),
     ),
     Mutation(
         "filter_misses_inverse_answers", "evaluation", "cmpnn_dist/evaluation/answers.py",
         "t * self.r2 + r + num_relations", "t * self.r2 + r",
         "the filter indexes head-prediction answers under the forward relation",
-        ("tests/test_ranking.py::test_answer_index_matches_python_sets",),
+        ("tests/unit/evaluation/test_ranking.py::test_answer_index_matches_python_sets",),
     ),
     # ------------------------------------------------------------------ distributed
     Mutation(
@@ -280,26 +281,26 @@ MUTATIONS: list[Mutation] = [
         "mine = list(range(rank, num_batches, world_size))",
         "mine = list(range(0, num_batches, world_size))",
         "every evaluation worker scores rank 0's batches",
-        ("tests/test_eval_protocols.py::test_group_batches_sharded_over_workers_equal_one_process",),
+        ("tests/unit/evaluation/test_eval_protocols.py::test_group_batches_sharded_over_workers_equal_one_process",),
     ),
     Mutation(
         "sampler_rank_rows_overlap", "distributed", "cmpnn_dist/training/sampler.py",
         "lo, hi = self.rank * self.local_batch_size,",
         "lo, hi = self.rank,",
         "the ranks' shares of a global batch overlap (rank r starts at row r)",
-        ("tests/test_sampler.py::test_global_batches_same_for_any_world_size",),
+        ("tests/unit/training/test_sampler.py::test_global_batches_same_for_any_world_size",),
     ),
     Mutation(
         "stop_request_repeated", "distributed", "cmpnn_dist/distributed/stop.py",
         "if stops.signum is not None and deadline is None:", "if stops.signum is not None:",
         "the driver passes a signal on to the workers again at every poll",
-        ("tests/test_stop_requests.py::test_a_signal_is_passed_on_once_and_fit_is_awaited",),
+        ("tests/unit/distributed/test_stop_requests.py::test_a_signal_is_passed_on_once_and_fit_is_awaited",),
     ),
     Mutation(
         "stop_flag_last_wins", "distributed", "cmpnn_dist/distributed/stop.py",
         "if self._signum is None:", "if True:",
         "the stop flag keeps the last signal, not the first",
-        ("tests/test_stop_requests.py::test_the_stop_flag_keeps_the_first_request",),
+        ("tests/unit/distributed/test_stop_requests.py::test_the_stop_flag_keeps_the_first_request",),
     ),
     # ------------------------------------------------------------------ predict
     Mutation(
@@ -307,34 +308,34 @@ MUTATIONS: list[Mutation] = [
         'np.argsort(-masked.numpy(), axis=1, kind="stable")',
         'np.argsort(masked.numpy(), axis=1, kind="stable")',
         "top-k answers are the lowest-scoring candidates",
-        ("tests/test_predict.py::test_known_facts_are_flagged_or_filtered",),
+        ("tests/unit/predict/test_predict.py::test_known_facts_are_flagged_or_filtered",),
     ),
     Mutation(
         "train_facts_not_flagged", "predict", "cmpnn_dist/predict/rank.py",
         'KNOWN_NAMES = np.array(["", *SPLITS], dtype=object)',
         'KNOWN_NAMES = np.array(["", "", *SPLITS[1:]], dtype=object)',
         "answers that are training facts are not flagged as known",
-        ("tests/test_predict.py::test_known_facts_are_flagged_or_filtered",),
+        ("tests/unit/predict/test_predict.py::test_known_facts_are_flagged_or_filtered",),
     ),
     Mutation(
         "filter_keeps_train_facts", "predict", "cmpnn_dist/predict/rank.py",
         "keep = keep & (codes == 0)", "keep = keep & (codes <= 1)",
         'known="filter" keeps the answers that are training facts',
-        ("tests/test_predict.py::test_known_facts_are_flagged_or_filtered",),
+        ("tests/unit/predict/test_predict.py::test_known_facts_are_flagged_or_filtered",),
     ),
     Mutation(
         "head_candidates_tail_types", "predict", "cmpnn_dist/predict/predictor.py",
         "allowed[train[:, 1] + r, types[train[:, 0]]] = True",
         "allowed[train[:, 1] + r, types[train[:, 2]]] = True",
         "head prediction's candidates have the relation's tail types, not its head types",
-        ("tests/test_predict.py::test_candidates_are_restricted_to_the_relations_target_types",),
+        ("tests/unit/predict/test_predict.py::test_candidates_are_restricted_to_the_relations_target_types",),
     ),
     Mutation(
         "one_fact_rank_from_zero", "predict", "cmpnn_dist/predict/rank.py",
         "ranks[fact, 0] = 1 + (masked[fact] > s).sum(dim=1)",
         "ranks[fact, 0] = (masked[fact] > s).sum(dim=1)",
         "a given fact's rank starts at 0",
-        ("tests/test_predict.py::test_one_fact_gets_its_rank_among_the_candidates",),
+        ("tests/unit/predict/test_predict.py::test_one_fact_gets_its_rank_among_the_candidates",),
     ),
     # ------------------------------------------------------------------ serve
     Mutation(
@@ -342,9 +343,9 @@ MUTATIONS: list[Mutation] = [
         "else candidates[members].bool()",
         "else candidates[members[:1].expand(members.numel())].bool()",
         "every request of a batch gets the candidate types of the batch's first (head, relation)",
-        ("tests/test_serve_engine.py", "tests/test_rank.py"),
+        ("tests/unit/serve/test_serve_engine.py", "tests/unit/predict/test_rank.py"),
         integration=(
-            "tests/test_serve.py::test_batched_requests_with_different_relations_and_tail_types",
+            "tests/integration/test_serve.py::test_a_batch_of_mixed_relations_and_tail_types_matches_the_python_api",
         ),
     ),
     Mutation(
@@ -352,8 +353,8 @@ MUTATIONS: list[Mutation] = [
         "(self.node_types.long()[None, :] == types)",
         "(self.node_types.long()[None, :] != types)",
         "tail_type keeps every type but the one asked for",
-        ("tests/test_serve_engine.py",),
-        integration=("tests/test_serve.py::test_tail_type_restricts_the_candidates",),
+        ("tests/unit/serve/test_serve_engine.py",),
+        integration=("tests/integration/test_serve.py::test_tail_type_restricts_the_candidates",),
     ),
 ]
 # fmt: on

@@ -15,7 +15,7 @@
 
 The ``-m`` names are aliases (``cmpnn_dist/train.py``, ``cmpnn_dist/predict/__main__.py``...)
 of four lines that import ``main`` from here; no library module imports this package
-(``tests/test_imports.py``).  :mod:`cmpnn_dist.cli.common` is the shared plumbing (compose a
+(``tests/repo/test_imports.py``).  :mod:`cmpnn_dist.cli.common` is the shared plumbing (compose a
 config, ``--help``, map a ``UsageError`` to ``error:`` and exit status 2).  Importing this
 package sets the OpenMP defaults before torch loads (:mod:`cmpnn_dist.openmp_env`).
 """

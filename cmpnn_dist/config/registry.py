@@ -16,7 +16,8 @@ the packages that register into it, and imports them with :mod:`importlib` the f
 asked (a lookup, a listing, hence ``validate()`` and ``--help``): a config validates the same in
 a fresh process that imported nothing else, whatever the caller imported first.  Registering
 never loads (the plugins register while they load).  Finding a plugin by its name is discovery,
-not a dependency: the import graph (``tests/_imports.py``) keeps this package in the base layer.
+not a dependency: the import graph (``tests/helpers/imports.py``) keeps this package in the
+base layer.
 """
 
 from __future__ import annotations

@@ -96,8 +96,8 @@ class RayTrainContext:
         keep_last: checkpoints kept besides ``best``.
         use_gpu: train on this worker's GPU (``ray.train.torch.get_device()``).
         find_unused_parameters: passed to DDP.  False: every model the config can build uses
-            every parameter in each step (``tests/test_ddp_parameters.py`` checks the whole
-            design space), so DDP's per-step graph traversal for unused ones is not paid.
+            every parameter in each step (``tests/unit/model/test_ddp_parameters.py`` checks the
+            whole design space), so DDP's per-step graph traversal for unused ones is not paid.
     """
 
     def __init__(

@@ -41,8 +41,8 @@ non-filtered candidates it was taken among (the target excluded; :func:`filtered
 ``paper`` is never above the other two (its p is the larger, r / (n + 1) >= (r - 1) / n as
 r <= n + 1, and it draws N samples); with n = 0 (every other candidate filtered) it is 0,
 as upstream (the target is the only sample and ties itself), the other two 1.
-``tests/test_metrics.py`` checks each rule against a transcription of its upstream formula
-and against a Monte Carlo draw of its sampling model.
+``tests/unit/evaluation/test_metrics.py`` checks each rule against a transcription of its upstream
+formula and against a Monte Carlo draw of its sampling model.
 """
 
 from __future__ import annotations

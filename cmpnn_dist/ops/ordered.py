@@ -25,7 +25,8 @@ too.  What is here:
 The forward values of ``LayerNorm`` and of ``linear`` with several outputs are torch's own;
 elsewhere only the order in which sums are taken changes.  Off the CPU, and under autocast
 (bfloat16 is not thread-invariant anyway), ``linear`` and ``LayerNorm`` are torch's own.
-``tests/test_determinism.py`` checks them (and a whole training run) against 1 and 2 threads.
+``tests/unit/training/test_determinism.py`` checks them (and a whole training run) against 1 and
+2 threads.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ thread; bfloat16 autocast; another BLAS) is not known to be invariant, so its th
 is fixed per run from the cores it may use, never from the load, and a resumed run reuses it.
 
 :func:`record` is what the run folder keeps (``results.json`` and every checkpoint under
-``"reproducibility"``).  ``tests/test_determinism.py`` checks the invariant case: a run with
-1 thread, with 2, and with the count switched every step ends with the same weights.
+``"reproducibility"``).  ``tests/unit/training/test_determinism.py`` checks the invariant case: a
+run with 1 thread, with 2, and with the count switched every step ends with the same weights.
 """
 
 from __future__ import annotations
