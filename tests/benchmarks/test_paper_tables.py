@@ -127,32 +127,34 @@ def test_run_print_gives_the_readout_sweep_as_it_was_started(capsys):
 
 def test_table_renders_the_archived_readout_cell(tmp_path):
     """``table --table readout`` on the archive as committed: each finished cell (what
-    ``paper_inductive.py save`` wrote from a real run: none and relation on fb237_ind_v1,
-    seed 0, and relation as the paper's code) with its own numbers, the rest not run."""
+    ``paper_inductive.py save`` wrote from a real run) with its own numbers beside the paper's
+    (table:readout), the paper-code readout a row of its own, the rest not run."""
     assert paper_inductive.main(["table", "--table", "readout", "--out", str(tmp_path)]) == 0
     doc = json.loads((tmp_path / "paper_readout_cpu.json").read_text())
     text = (tmp_path / "paper_readout_cpu.md").read_text()
-    paper = {"none": "0.804", "relation": "0.835"}
-    code = "readout_code_v1/data=fb237_ind_v1,model.readout=relation"  # the paper code's readout
-    assert sorted(c["run"] for c in doc["cells"]) == sorted(
-        [code, *(READOUT_CELL.replace("readout=none", f"readout={r}") for r in paper)]
+    paper = {("none", "fb237_ind_v1"): "0.804", ("relation", "fb237_ind_v1"): "0.835",
+             ("sum", "fb237_ind_v1"): "0.799", ("none", "wn18rr_ind_v1"): "0.941",
+             ("sum", "wn18rr_ind_v1"): "0.946", ("relation", "wn18rr_ind_v1"): "0.932"}  # fmt: skip
+    archive = TABLES["readout"].archive
+    finished = sorted(
+        p.parent.relative_to(archive).as_posix() for p in archive.glob("*/*/results.json")
     )
+    code = "readout_code_v1/data=fb237_ind_v1,model.readout=relation"  # the paper code's readout
+    assert {code, READOUT_CELL, READOUT_CELL.replace("=none", "=relation")} <= set(finished)
+    assert sorted(c["run"] for c in doc["cells"]) == finished
     for done in doc["cells"]:
-        cell = TABLES["readout"].archive / done["run"]
+        cell = archive / done["run"]
         res = json.loads((cell / "results.json").read_text())["test"]
         facts = json.loads((cell / "facts.json").read_text())
         assert done["test"] == res and done["facts"] == facts
         readout = done["run"].rsplit("model.readout=", 1)[1]
-        if done["run"] == code:  # a variant: a row of its own, not counted as reproduced
-            assert (f"| relation | fb237_ind_v1 | 0.835 | {res['hits@10_50']:.3f} | "
-                    f"{facts['hits@10_50']:.3f} | 0 | {paper_tables.PAPER_CODE_READOUT} | paper |"
-                    ) in text  # fmt: skip
-            continue
-        row = (
-            f"| {readout} | fb237_ind_v1 | {paper[readout]} | {res['hits@10_50']:.3f} | "
-            f"{facts['hits@10_50']:.3f} | 0 (planned 0, 1, 2) | the paper's | paper |"
-        )
-        assert row in text
+        split = done["run"].split("data=", 1)[1].split(",", 1)[0]
+        ours = f"{res['hits@10_50']:.3f} | {facts['hits@10_50']:.3f}"
+        if done["run"].startswith("readout_code_v1/"):  # a variant: its own row, not counted
+            row = f"| {paper[readout, split]} | {ours} | 0 | {paper_tables.PAPER_CODE_READOUT} |"
+        else:
+            row = f"| {paper[readout, split]} | {ours} | 0 (planned 0, 1, 2) | the paper's |"
+        assert f"| {readout} | {split} {row} paper |" in text
     assert doc["reproduced"] == 2 and doc["paper_cells"] == 24
     assert "| sum | fb237_ind_v1 | 0.799 | not run | not run | (planned 0, 1, 2) |" in text
     assert "- command: `python benchmarks/paper_inductive.py run --table readout" in text
