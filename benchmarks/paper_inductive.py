@@ -286,10 +286,15 @@ def start_piece(storage: Path, runs: list[str] | None = None, device: str | None
     write_atomic(storage / PIECE, json.dumps([*_store_pieces(storage), this], indent=1))
 
 
-def pieces_of(storage: Path, name: str, step: int) -> list[dict]:
+UNKNOWN_CODE = "unknown (no piece record: trained outside `run`)"
+
+
+def pieces_of(storage: Path, name: str, step: int, commit: str | None = None) -> list[dict]:
     """The pieces of ``storage`` that moved cell ``name``, now at ``step``: machine, code, and
     the steps each took it from and to (the next piece's start, or ``step``).  Without a
-    record (a cell trained by hand), one piece of this checkout, from an unknown step."""
+    record (a cell trained by hand with the sweep's command), one piece from an unknown step
+    whose code is ``commit`` (``save --commit``), else said to be unknown: this checkout need
+    not be the one the cell ran from."""
     here = [
         {"cpu": p["cpu"], "commit": p["commit"], "started_utc": p["started_utc"],
          "store": str(storage), "from_step": p.get("from_step", {}).get(name),
@@ -298,7 +303,7 @@ def pieces_of(storage: Path, name: str, step: int) -> list[dict]:
         if "from_step" not in p or name in p["from_step"]  # a piece that left it alone: none
     ]  # fmt: skip
     if not here:
-        return [{"cpu": cpu_model(), "commit": git_commit("--short=12", mark_dirty=True),
+        return [{"cpu": cpu_model(), "commit": commit or UNKNOWN_CODE,
                  "store": str(storage), "from_step": None, "until_step": step}]  # fmt: skip
     ends = [p["from_step"] for p in here[1:]] + [step]
     return [
@@ -323,10 +328,14 @@ def _merge_pieces(known: list[dict], new: list[dict]) -> list[dict]:
 
 
 def save(
-    storage: Path, archive: Path = ARCHIVE, runs: list[str] | None = None
+    storage: Path,
+    archive: Path = ARCHIVE,
+    runs: list[str] | None = None,
+    commit: str | None = None,
 ) -> dict[str, list[str]]:
     """Archive every finished run (results, facts-filter metrics) and every unfinished run's
-    newest valid checkpoint; returns the runs saved in each state."""
+    newest valid checkpoint; returns the runs saved in each state.  ``commit``: the code of
+    cells that have no piece record (:func:`pieces_of`)."""
     saved: dict[str, list[str]] = {"finished": [], "in progress": [], "ranks added": []}
     for name in runs or run_names():
         run, dst = storage / "runs" / name, archive / name
@@ -352,7 +361,7 @@ def save(
                 continue
             state = "in progress"
         # which machines and code ran the cell up to this step (a cell may run in pieces)
-        pieces = _merge_pieces(_pieces(dst), pieces_of(storage, name, step))
+        pieces = _merge_pieces(_pieces(dst), pieces_of(storage, name, step, commit))
         (stage / PIECES).write_text(json.dumps(pieces, indent=1) + "\n")
         shutil.rmtree(dst, ignore_errors=True)
         stage.rename(dst)
@@ -427,7 +436,7 @@ def main_table(args: argparse.Namespace, storage: Path | None) -> int:
         print(f"restored: {restore(storage, t.archive, names) or 'nothing'}")
         return 0
     if args.action == "save":
-        print(json.dumps(save(storage, t.archive, names), indent=1))
+        print(json.dumps(save(storage, t.archive, names, args.commit), indent=1))
     print(paper_tables.write(t, Path(args.out), args.load, _step))
     return 0
 
@@ -441,6 +450,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--load", default="the sweep's other trial on the second core")
     p.add_argument("--out", default=str(HERE / "results"))
     p.add_argument("--print", action="store_true", help="run: print the commands, run nothing")
+    p.add_argument(
+        "--commit",
+        help="save: the commit that cells with no piece record ran from "
+        "(trained by hand with the sweep's command); default: unknown",
+    )
     args = p.parse_args(argv)
     if args.action != "table" and not (args.storage or args.print):
         p.error(f"{args.action} needs --storage")
@@ -461,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"restored: {restore(storage) or 'nothing'}")
         return 0
     if args.action == "save":
-        print(json.dumps(save(storage), indent=1))
+        print(json.dumps(save(storage, commit=args.commit), indent=1))
     print(table(Path(args.out), args.load))
     return 0
 
