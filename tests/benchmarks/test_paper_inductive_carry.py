@@ -166,13 +166,15 @@ def test_a_cell_without_a_piece_record_names_the_code_it_was_given_or_none(tmp_p
     piece record: the piece names the ``--commit`` given, else says the code is unknown,
     never the commit of the checkout that happens to run ``save``."""
     (tmp_path / "runs" / "cell").mkdir(parents=True)
-    given = paper_inductive.pieces_of(tmp_path, "cell", 40, "0123456789ab")
+    given = paper_inductive.pieces_of(tmp_path, "cell", 40, "the-given-code")
     assert [(p["commit"], p["from_step"], p["until_step"]) for p in given] == [
-        ("0123456789ab", None, 40)
+        ("the-given-code", None, 40)
     ]
     assert paper_inductive.pieces_of(tmp_path, "cell", 40)[0]["commit"] == (
         paper_inductive.UNKNOWN_CODE
     )
     start_piece(tmp_path, ["cell"])  # with a record, the record's code
     recorded = json.loads((tmp_path / PIECE).read_text())[0]["commit"]
-    assert paper_inductive.pieces_of(tmp_path, "cell", 40, "0123456789ab")[0]["commit"] == recorded
+    assert (
+        paper_inductive.pieces_of(tmp_path, "cell", 40, "the-given-code")[0]["commit"] == recorded
+    )
