@@ -16,16 +16,14 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import chaos
 import pytest
 import torch
 
 from cmpnn_dist.runs.checkpoint import load_checkpoint
+from tests.helpers.paths import REPO_ROOT as REPO
 from tests.helpers.real_run import history
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.integration

@@ -11,13 +11,14 @@ import signal
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
+from tests.helpers.paths import REPO_ROOT
+
 pytestmark = pytest.mark.integration  # CLI runs, Ray or kill tests
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+BENCH = REPO_ROOT / "benchmarks"
 
 CHILD = textwrap.dedent(
     """

@@ -8,7 +8,6 @@ name), ``table`` renders the real archived cell's numbers, and the basic table i
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import paper_inductive
 import paper_tables
@@ -16,8 +15,9 @@ import pytest
 from paper_tables import TABLES, budget, cells, conditions, paper_rows, row_of
 
 from cmpnn_dist.paper import ENTRIES, signature
+from tests.helpers.paths import REPO_ROOT
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+BENCH = REPO_ROOT / "benchmarks"
 
 READOUT_CELL = "readout_v1/train.seed=0,data=fb237_ind_v1,model.readout=none"
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers.paths import REPO_ROOT as REPO
+
 SCRIPT = REPO / "benchmarks" / "pruned_accuracy.py"
 RUN = "pruned-default-dense-s0-e2"
 

@@ -17,8 +17,9 @@ import ast
 from functools import cache
 from pathlib import Path
 
+from tests.helpers.paths import REPO_ROOT as ROOT
+
 PACKAGE = "cmpnn_dist"
-ROOT = Path(__file__).resolve().parents[2]
 
 # (layer name, module prefixes): the first matching prefix decides; order = layer order
 LAYERS: list[tuple[str, tuple[str, ...]]] = [

@@ -14,11 +14,9 @@ import signal
 import subprocess
 import tempfile
 import time
-from pathlib import Path
 
 from cmpnn_dist.serve.launch import quiet_port
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers.paths import REPO_ROOT as REPO
 
 
 def wait_for(predicate, timeout: float, what: str, alive=None) -> None:

@@ -18,7 +18,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers.paths import REPO_ROOT as REPO
 
 TINY = [
     "data.name=rk300",

@@ -22,8 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cmpnn_dist.serve.launch import quiet_port
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers.paths import REPO_ROOT as REPO
 
 
 def server_env() -> dict[str, str]:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration  # CLI runs, Ray or kill tests
+from tests.helpers.paths import REPO_ROOT as REPO
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.integration  # CLI runs, Ray or kill tests
 
 
 def run_module(module: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:

@@ -37,6 +37,7 @@ from cmpnn_dist.config import Config
 from cmpnn_dist.distributed import faults
 from cmpnn_dist.runs.checkpoint import MANIFEST, STATE_FILE, load_checkpoint
 from cmpnn_dist.runs.checkpoint_store import ENV_SCRATCH, CheckpointStore
+from tests.helpers.paths import REPO_ROOT as REPO
 from tests.helpers.ray_head import Head
 from tests.helpers.ray_run import (
     EVERY,
@@ -48,7 +49,6 @@ from tests.helpers.ray_run import (
     train_steps,
 )
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 

@@ -30,8 +30,6 @@ from tests.helpers.ray_run import (  # noqa: E402
     train_steps,
 )
 
-REPO = Path(__file__).resolve().parents[2]
-
 pytestmark = pytest.mark.slow
 
 

@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 from cmpnn_dist.runs.checkpoint_store import CheckpointStore
+from tests.helpers.paths import REPO_ROOT as REPO
 from tests.helpers.sockets import descendants
 
-REPO = Path(__file__).resolve().parents[2]
 ARGS = [
     "data.name=tiny", "data.source=synthetic:rule_kg", "+data.synthetic.num_entities=60",
     "model.num_layers=2", "model.hidden_dim=8", "model.decoder_hidden_dim=8",

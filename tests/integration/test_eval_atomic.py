@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from cmpnn_dist.cli.common import run_cli
+from tests.helpers.paths import REPO_ROOT as REPO
 
-REPO = Path(__file__).resolve().parents[2]
 CHILD = textwrap.dedent(
     """
     import os, signal, sys

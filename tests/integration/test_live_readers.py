@@ -32,11 +32,11 @@ import pytest
 import torch
 
 from cmpnn_dist.runs.checkpoint import load_checkpoint, read_manifest
+from tests.helpers.paths import REPO_ROOT as REPO
 from tests.helpers.real_run import history
 
 pytestmark = pytest.mark.integration  # CLI runs, Ray or kill tests
 
-REPO = Path(__file__).resolve().parents[2]
 DELAY_S = "1.0"
 ARGS = [
     "run_name=live",

@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.paths import REPO_ROOT as REPO
 from tests.helpers.sockets import Watch, is_loopback, listening
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_reader_sees_the_sockets_it_should() -> None:

@@ -22,8 +22,8 @@ import pandas as pd
 import pytest
 
 from cmpnn_dist.predict import Predictor
+from tests.helpers.paths import REPO_ROOT as REPO
 
-REPO = Path(__file__).resolve().parents[2]
 RTOL = 1e-5  # one forward per query against batches: float noise of the batch size only
 
 

@@ -9,12 +9,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from cmpnn_dist.runs.checkpoint_store import CheckpointStore
 from cmpnn_dist.training.loop import fit
+from tests.helpers.paths import REPO_ROOT
 from tests.helpers.training import assert_same_weights, rule_kg, small_cfg, train_rows
 
 pytestmark = pytest.mark.integration  # CLI runs, Ray or kill tests
@@ -47,7 +47,7 @@ def test_pruned_run_sigkilled_resumes_bit_identical(tmp_path, unvisited, prior):
     script = textwrap.dedent(
         f"""
         import os, signal, sys
-        sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
+        sys.path.insert(0, {str(REPO_ROOT)!r})
         from tests.integration.test_pruned_resume import pruned_cfg
         from tests.helpers.training import rule_kg
         from cmpnn_dist.training.loop import fit

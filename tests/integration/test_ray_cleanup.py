@@ -13,13 +13,12 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
 from cmpnn_dist.distributed.reaper import session_pids
+from tests.helpers.paths import REPO_ROOT as REPO
 
-REPO = Path(__file__).resolve().parents[2]
 CHILD = textwrap.dedent(
     """
     import time, ray

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from cmpnn_dist.serve.launch import quiet_port
+from tests.helpers.paths import REPO_ROOT as REPO
 
 pytestmark = pytest.mark.integration  # CLI runs, Ray or kill tests
 
-REPO = Path(__file__).resolve().parents[2]
 TINY = [
     "data.name=rk60",
     "+data.synthetic.num_entities=60",

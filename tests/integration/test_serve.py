@@ -35,6 +35,7 @@ from cmpnn_dist.convert.synthetic.rule_kg import build_rule_kg
 from cmpnn_dist.errors import UsageError
 from cmpnn_dist.predict import Predictor
 from cmpnn_dist.serve.launch import quiet_port
+from tests.helpers.paths import REPO_ROOT as REPO
 from tests.helpers.paths import running_in_ci
 from tests.helpers.serve_proc import descendants as descendants_in
 from tests.helpers.serve_proc import proc_table
@@ -42,7 +43,6 @@ from tests.helpers.sockets import Watch, descendants, listening
 
 pytestmark = pytest.mark.integration  # a real server under Ray Serve
 
-REPO = Path(__file__).resolve().parents[2]
 SCRIPT_NAME = "<script>pwned=1</script><img src=x onerror=pwned=2>"
 RENAMED = "A::8"  # this type-A entity of the rule KG (a head of t0 facts) gets SCRIPT_NAME
 START_TIMEOUT_S = 600  # Ray + Serve start in ~20 s on an idle 2-core machine, minutes loaded

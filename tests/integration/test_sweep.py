@@ -18,10 +18,9 @@ import pytest
 
 from cmpnn_dist.paper import SPLITS, paper_value, peer_values
 from cmpnn_dist.runs.sweep import expand, report, summarize, write_results_csv
+from tests.helpers.paths import REPO_ROOT as REPO
 from tests.helpers.ray_head import Head
 from tests.helpers.real_run import TINY, hold_lock, logged_train_steps
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_expand_is_the_cartesian_product_in_hydra_order():

@@ -9,11 +9,10 @@ import re
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers.paths import REPO_ROOT as REPO
 
 
 def readme_examples() -> list[tuple[str, list[str]]]:

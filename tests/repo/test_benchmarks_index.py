@@ -6,7 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.helpers.paths import REPO_ROOT
+
+BENCH = REPO_ROOT / "benchmarks"
 
 
 def test_every_script_and_results_file_is_in_the_index():

@@ -41,7 +41,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers.paths import REPO_ROOT as REPO
+
 MARK = "<!-- runnable -->"
 BUDGET = {"train.max_steps": "12", "train.progress": "false", "eval.max_queries": "64"}
 # the trainings whose runs the outputs shown in the docs read: run as written (seconds)

@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers.paths import REPO_ROOT as REPO
+
 TREES = ("cmpnn_dist", "conf", "launch", "tests", "docs", "README.md")
 SKIP = ("tests/fixtures/",)
 HASH = re.compile(

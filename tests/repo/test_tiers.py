@@ -12,7 +12,9 @@ import ast
 import re
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parents[1]
+from tests.helpers.paths import REPO_ROOT
+
+TESTS = REPO_ROOT / "tests"
 TRITON = re.compile(r"triton|Triton|[\"']fused[\"']|impl=fused")
 
 

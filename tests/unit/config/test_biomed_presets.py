@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,8 +13,7 @@ from cmpnn_dist.cli.common import compose_config
 from cmpnn_dist.config import Config
 from cmpnn_dist.training.data import train_data_from_triples
 from cmpnn_dist.training.validation import check_eval_options
-
-REPO = Path(__file__).resolve().parents[3]
+from tests.helpers.paths import REPO_ROOT as REPO
 
 # paper table "Hyperparameters for the transductive experiments on biomedical knowledge graphs"
 PAPER = {

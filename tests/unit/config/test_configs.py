@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -17,6 +16,7 @@ from cmpnn_dist.cli.common import (
     help_text,
 )
 from cmpnn_dist.config import Config, config_to_dict
+from tests.helpers.paths import REPO_ROOT
 
 EXPECTED = {
     "default",
@@ -197,7 +197,7 @@ def test_validate_in_a_fresh_process_loads_the_registries_itself():
 
     proc = subprocess.run(
         [sys.executable, "-c", FRESH_VALIDATE, json.dumps(FRESH_OK), json.dumps(FRESH_BAD)],
-        cwd=Path(__file__).resolve().parents[3],
+        cwd=REPO_ROOT,
         capture_output=True,
         text=True,
         timeout=300,
@@ -228,7 +228,7 @@ def test_validate_in_a_fresh_process_loads_the_registries_itself():
 # The fixture holds each preset's composed config (data_root fixed); a deliberate preset change
 # rewrites its entry, and the paper-value tests above say why each value is what it is.
 # biokg / hetionet have their own table test (test_biomed_presets.py) and only compose here.
-FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "configs_before_groups.json"
+FIXTURE = REPO_ROOT / "tests" / "fixtures" / "configs_before_groups.json"
 
 
 @pytest.mark.parametrize("preset", sorted(json.loads(FIXTURE.read_text())))
@@ -252,7 +252,7 @@ def test_groups_are_listed_and_not_presets():
     assert not set(available_presets()) & {"basic", "pna", "inductive", "rule_kg"}
 
 
-CONF = Path(__file__).resolve().parents[3] / "conf"
+CONF = REPO_ROOT / "conf"
 
 
 def _group_values(group: str, option: str) -> dict:

@@ -38,8 +38,9 @@ from cmpnn_dist.model.messages import base as message_base
 from cmpnn_dist.ops import messages as ops_messages
 from cmpnn_dist.ops import propagate
 from cmpnn_dist.storage import open_dataset
+from tests.helpers.paths import REPO_ROOT
 
-DOC = Path(__file__).resolve().parents[3] / "docs" / "extending.md"
+DOC = REPO_ROOT / "docs" / "extending.md"
 
 
 def example(heading: str) -> tuple[str, str]:

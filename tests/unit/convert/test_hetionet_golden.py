@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
 from cmpnn_dist.convert import build_dataset
 from cmpnn_dist.storage import open_dataset
+from tests.helpers.paths import REPO_ROOT
 
-GOLDEN = Path(__file__).resolve().parents[2] / "fixtures" / "hetionet_pykeen"
+GOLDEN = REPO_ROOT / "tests" / "fixtures" / "hetionet_pykeen"
 INPUTS = ("hetionet-v1.0-edges.sif.gz", "hetionet-v1.0-nodes.tsv")
 
 

@@ -21,9 +21,9 @@ from cmpnn_dist.convert.synthetic.rule_kg import TARGETS, compose
 from cmpnn_dist.errors import UsageError
 from cmpnn_dist.predict import Predictor, Query
 from cmpnn_dist.predict.explain import supports_edge_weight
+from tests.helpers.paths import REPO_ROOT as REPO
 from tests.helpers.predict import train_rule_model
 
-REPO = Path(__file__).resolve().parents[3]
 COMPOSITION = [t for t in TARGETS if t[3] == 1]  # t0, t1, t3: 2-hop compositions
 
 

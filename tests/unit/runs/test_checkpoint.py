@@ -28,6 +28,7 @@ from cmpnn_dist.runs.checkpoint_store import (
     CheckpointStore,
     scratch_dir,
 )
+from tests.helpers.paths import REPO_ROOT
 
 
 def _latest(run):
@@ -147,7 +148,7 @@ def test_prune_after_a_restart_leaves_keep_last(tmp_path):
     assert sorted(p.name for p in run.iterdir()) == ["checkpoints"]
 
 
-LEGACY = Path(__file__).resolve().parents[2] / "fixtures" / "legacy_ray_run"
+LEGACY = REPO_ROOT / "tests" / "fixtures" / "legacy_ray_run"
 
 
 def test_store_finds_legacy_ray_and_new_layout(tmp_path):
@@ -178,7 +179,7 @@ def test_evaluate_reads_the_legacy_checkpoint(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "cmpnn_dist.evaluate", f"ckpt={run}", f"storage_root={tmp_path}",
          "eval.max_queries=8"],
-        cwd=Path(__file__).resolve().parents[3], capture_output=True, text=True, timeout=600,
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -207,7 +208,7 @@ def test_evaluate_reads_a_saved_config_naming_torchdrug(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "cmpnn_dist.evaluate", f"ckpt={run}", f"storage_root={tmp_path}",
          "eval.max_queries=8"],
-        cwd=Path(__file__).resolve().parents[3], capture_output=True, text=True, timeout=600,
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -22,9 +22,8 @@ from cmpnn_dist.runs import folder as rf
 from cmpnn_dist.runs.checkpoint import list_checkpoints, load_checkpoint
 from cmpnn_dist.storage.errors import StorageError
 from cmpnn_dist.training.loop import fit
+from tests.helpers.paths import REPO_ROOT as REPO
 from tests.helpers.training import Crash, crash_at, rule_kg, small_cfg
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

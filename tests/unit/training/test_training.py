@@ -24,6 +24,7 @@ from cmpnn_dist.runs.checkpoint import (
 from cmpnn_dist.runs.checkpoint_store import CheckpointStore
 from cmpnn_dist.training.data import TrainData
 from cmpnn_dist.training.loop import evaluate_split, fit
+from tests.helpers.paths import REPO_ROOT
 from tests.helpers.training import (
     Crash,
     assert_same_weights,
@@ -85,7 +86,7 @@ def test_resume_in_a_new_process_is_bit_identical(reference_run, tmp_path):
     script = textwrap.dedent(
         f"""
         import sys
-        sys.path.insert(0, {str(Path(__file__).resolve().parents[3])!r})
+        sys.path.insert(0, {str(REPO_ROOT)!r})
         from tests.helpers.training import Crash, crash_at, rule_kg, small_cfg
         from cmpnn_dist.training.loop import fit
         try:

@@ -19,9 +19,10 @@ from cmpnn_dist.cli.wl import _main
 from cmpnn_dist.graph import graph_from_triples
 from cmpnn_dist.wl import KG, TESTS, distinguishes, read_kg, run_test
 from tests.helpers import wl_reference as ref
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.paths import REPO_ROOT as REPO
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "wl"
-REPO = Path(__file__).resolve().parents[3]
+FIXTURES = REPO_ROOT / "tests" / "fixtures" / "wl"
 
 
 def random_kg(rng: np.random.Generator, n: int, num_rel: int, m: int) -> KG:
