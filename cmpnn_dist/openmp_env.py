@@ -6,7 +6,7 @@ lets a thread that reaches the end of a parallel region spin for a while (about 
 iterations) before sleeping.  The CPU message-passing path runs ~1,500 short parallel regions per
 training step; on a machine where another process holds a core, the spinning thread burns the
 time slice its partner (or the other process) needs, and a 2-thread step on fb237_v1 went from
-~1 s to 50-70 s per batch (``benchmarks/results/train_speed_cpu.md``).  ``PASSIVE`` makes
+~1 s to 50-70 s per batch (``benchmarks/results/step/train_speed_cpu.md``).  ``PASSIVE`` makes
 waiting threads sleep at once; on an idle machine it costs a futex wake per region.
 
 ``THP_MEM_ALLOC_ENABLE=1`` makes torch's CPU allocator back every allocation of 2 MiB or more
@@ -14,7 +14,7 @@ with transparent huge pages (``madvise``; the kernel's default THP mode here).  
 allocator does not cache: each large tensor is fresh memory, and with 4 KiB pages every first
 touch is a page fault.  A PNA layer at a tenth of biokg scale writes ~0.6 GB of fresh outputs
 per forward; the faults took about a third of the compiled kernel's forward (0.31 -> 0.19
-CPU-s; a 100 MB allocate-and-fill: 35 -> 5 ms; ``benchmarks/results/cpu_kernel_thp.md``).
+CPU-s; a 100 MB allocate-and-fill: 35 -> 5 ms; ``benchmarks/results/ops/cpu_kernel_thp.md``).
 torch reads the variable at its first large allocation.
 
 glibc's malloc is what torch's CPU allocator calls, and it serves a request above its mmap
@@ -31,7 +31,7 @@ runs the training loop in a thread).  The price is memory: like a caching alloca
 keeps its high-water mark, which fragmentation puts above the step's live peak (torch asks for
 aligned blocks, and glibc's ``memalign`` cannot reuse a freed block of exactly the size asked,
 so the heap grows until freed blocks merge) (peak resident sets per graph:
-``benchmarks/results/malloc_faults_cpu.md``).  The math is untouched.  :func:`tune_malloc`
+``benchmarks/results/step/malloc_faults_cpu.md``).  The math is untouched.  :func:`tune_malloc`
 applies it in this process with ``mallopt`` (glibc only; elsewhere nothing changes); child
 processes get the same as glibc's ``MALLOC_*`` variables from :func:`openmp_env`, which glibc
 reads when a process starts.  ``CMPNN_DIST_MALLOC=0`` keeps glibc's defaults, and a

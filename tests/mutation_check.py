@@ -14,7 +14,7 @@ stops), runs its tests in the copy with ``PYTHONPATH`` pointing at it, records *
     python tests/mutation_check.py --list          # the mutations and their tests
     python tests/mutation_check.py --integration   # also the tests that need --integration
 
-Results: ``benchmarks/results/mutation_check.md`` and ``.json`` (a full run only).  Not a
+Results: ``benchmarks/results/house/mutation_check.md`` and ``.json`` (a full run only).  Not a
 test module (no ``test_`` prefix): pytest does not collect it.
 """
 
@@ -360,7 +360,7 @@ MUTATIONS: list[Mutation] = [
 # fmt: on
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results"
+RESULTS = REPO / "benchmarks" / "results" / "house"
 TIMEOUT_S = 1800  # one mutation's tests
 
 

@@ -96,7 +96,7 @@ class PruneConfig:
     one.  ``unvisited``: the score of a candidate never visited, ``constant`` (A*Net:
     decoder(0, z_q), all tied) or ``relations`` (that plus a learned prior on the relations
     around the candidate within ``unvisited_hops`` hops, :mod:`cmpnn_dist.model.relation_prior`).
-    The defaults are A*Net's (benchmarks/results/pruned_accuracy.md: on fb237_ind_v1 at 0.1,
+    The defaults are A*Net's (benchmarks/results/pruned/pruned_accuracy.md: on fb237_ind_v1 at 0.1,
     test MRR .227 -> .274 over 3 seeds against mlp / straight_through)."""
 
     node_ratio: float = number(0.1, gt=0, le=1)

@@ -9,12 +9,12 @@ initial state 0, so with ``unvisited=constant`` (A*Net) all of them score
 
 and tie.  An answer that is never visited then ranks below every unvisited candidate (with
 pessimistic ties): on the GraIL v1 splits at node_ratio 0.1 that is every lost Hits@10_50
-(``benchmarks/results/pruned_unvisited.md``), and answers beyond the heads' T-hop horizon are
-never visited at any ratio.  The dense model does rank them: the layers' biases give every node
+(``benchmarks/results/studies/pruned_unvisited.md``), and answers beyond the heads' T-hop horizon
+are never visited at any ratio.  The dense model does rank them: the layers' biases give every node
 a state, and the relation-specific messages it then receives make that state a function of the
-relations around the node, the same for every head.  ``unvisited=relations`` learns a
-K-hop summary of those relations instead (K = ``model.prune.unvisited_hops``, default 2), once
-per graph and not per query:
+relations around the node, the same for every head.  ``unvisited=relations`` learns a K-hop summary
+of those relations instead (K = ``model.prune.unvisited_hops``, default 2), once per graph and not
+per query:
 
     n_v           = (number of kept edges of relation r entering v)_r          [N, 2|R|]
     e^(1)_v       = ReLU(U_1 log(1 + n_v) + a_1)                               [N, d]

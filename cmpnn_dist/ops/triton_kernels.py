@@ -18,20 +18,20 @@ tile of ``BLOCK_C`` columns, loading ``BLOCK_E`` gathered source rows at a time,
 row serves all B queries; accumulation is float32 for float32 / bfloat16 inputs (float64 stays
 float64).
 
-Memory traffic: the gathers move |E| x C elements per pass (9.75 GB for the biokg-scale graph
-in float32), more than the L2 holds at once (93,773 nodes x 256 float32 columns = 96 MB).  The
-grid is (items, column tiles) with items varying fastest, so one column tile's programs run
-together and ``BLOCK_C`` < C shrinks the gathered slice in flight; ``HINTS`` loads edge-index
-streams ``evict_first`` and gathered rows ``evict_last``; ``PREFETCH`` loads the next chunk's
-indices before this chunk's gathers.  On an H200 the kernels behaved latency-bound rather than
-bandwidth-bound (bfloat16 no faster than float32 before tuning): small steps (2 - 16 rows), few
-warps and full rows won, and column tiles only for the relation gradient.  ``STAGES`` > 1
-hands the edge loop to Triton's software pipeliner (``tl.range(num_stages=STAGES)``), which
-issues the next steps' index loads and row gathers as asynchronous copies to shared memory
-while the current step computes.  (A hand-written two-deep register pipeline was tried first:
-ptxas sank the next step's loads below this step's multiply-adds to reuse their registers, so
-the SASS kept no more loads in flight than before.)  The space and launch live in
-:mod:`cmpnn_dist.ops.triton_tuning`; measurements in ``benchmarks/results/fused_kernels_h200.md``.
+Memory traffic: the gathers move |E| x C elements per pass (9.75 GB for the biokg-scale graph in
+float32), more than the L2 holds at once (93,773 nodes x 256 float32 columns = 96 MB).  The grid is
+(items, column tiles) with items varying fastest, so one column tile's programs run together and
+``BLOCK_C`` < C shrinks the gathered slice in flight; ``HINTS`` loads edge-index streams
+``evict_first`` and gathered rows ``evict_last``; ``PREFETCH`` loads the next chunk's indices before
+this chunk's gathers.  On an H200 the kernels behaved latency-bound rather than bandwidth-bound
+(bfloat16 no faster than float32 before tuning): small steps (2 - 16 rows), few warps and full rows
+won, and column tiles only for the relation gradient.  ``STAGES`` > 1 hands the edge loop to
+Triton's software pipeliner (``tl.range(num_stages=STAGES)``), which issues the next steps' index
+loads and row gathers as asynchronous copies to shared memory while the current step computes.  (A
+hand-written two-deep register pipeline was tried first: ptxas sank the next step's loads below this
+step's multiply-adds to reuse their registers, so the SASS kept no more loads in flight than
+before.)  The space and launch live in :mod:`cmpnn_dist.ops.triton_tuning`; measurements in
+``benchmarks/results/ops/fused_kernels_h200.md``.
 
 Kernels are defined under ``TRITON_INTERPRET=1`` when no CUDA device is present, so the same
 code runs (slowly) on CPU for the tests.

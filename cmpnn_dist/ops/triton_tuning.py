@@ -22,7 +22,7 @@ INTERPRET_PREFETCH = 1  # the interpreter's loop form (tests flip it to cover bo
 # Autotune space (GPU only): gathered rows per step (BLOCK_E) x columns per program (BLOCK_C)
 # x warps x loop pipeline stages x cache hints x index prefetch; the first entry is the default
 # when tuning is off.  The default space is the plain loop (stages 1) that three H200 runs
-# measured (benchmarks/results/fused_kernels_h200.md): few rows per step with few warps won
+# measured (benchmarks/results/ops/fused_kernels_h200.md): few rows per step with few warps won
 # the forward and the input gradient, 16 x 64 the relation gradient; configs that won none of
 # run 3's twelve tuning runs (8-warp, 4 x 256, 8 x 256 and hinted tilings) are dropped.
 _SPACE = [
@@ -39,7 +39,7 @@ _SPACE = [
 # (``cp.async``) while this step computes -- more loads in flight per program without the
 # registers (compiled for sm_90 with Triton 3.6 and 3.9 here: 32 registers in bfloat16, 40 in
 # float32, 4 - 16 KB of shared memory; every kernel variant compiles).  Not yet run on a GPU,
-# so opt-in: CMPNN_TRITON_PIPELINE=1 adds these to the space (benchmarks/gpu_check.sh does).
+# so opt-in: CMPNN_TRITON_PIPELINE=1 adds these to the space (the device call's check plan does).
 PIPELINED = [
     (4, 128, 2, 3, 0, 0),
     (4, 128, 2, 2, 0, 0),

@@ -2,8 +2,8 @@
 
 :func:`check_content` compares each file an open will map with the sha256 in
 ``manifest.json``.  Hashing every byte on every open multiplies the open time of a
-biokg-scale dataset many times over (``benchmarks/shard_verify.py``,
-``benchmarks/results/shard_verify_cpu.md``: the open itself maps the files without reading
+biokg-scale dataset many times over (``benchmarks/storage/shard_verify.py``,
+``benchmarks/results/storage/shard_verify_cpu.md``: the open itself maps the files without reading
 them), and every Ray worker, ``evaluate`` and ``predict`` call would pay it again.  So a full
 check is remembered in a *verification stamp*, ``<dataset>/.verified.json``, written
 atomically (temp name, then rename) after the file hashed clean::

@@ -6,7 +6,7 @@ backward: ~1,500 per step on fb237_v1 at batch 64).  Each region splits its work
 over the team and ends at a barrier.  When another process holds one of the cores, the thread
 that loses its core holds up every region until the scheduler gives it a slice, so a 2-thread
 step becomes a chain of scheduler waits (measured on the 2-core box: 0.9 to 55 s per batch
-where one thread takes 0.9 s; ``benchmarks/results/train_speed_cpu.md``).  With one thread per
+where one thread takes 0.9 s; ``benchmarks/results/step/train_speed_cpu.md``).  With one thread per
 *free* core there is nothing to wait for.
 
 Policy (``train.num_threads=None``, the default): use the cores this process may run on

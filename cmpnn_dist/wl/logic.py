@@ -125,7 +125,7 @@ def edge(relation: int) -> Formula:
     return Count(1, relation, Eq())
 
 
-# The planted tasks of benchmarks/wl_logic.py
+# The planted tasks of benchmarks/wl/wl_logic.py
 FORMULAS: dict[str, Formula] = {
     # composition: E z (r0(x, z) and r1(z, y))
     "compose": Count(1, 1, edge(0)),

@@ -1,15 +1,15 @@
 """The paper's accuracy, guarded: a change that costs accuracy fails CI.
 
-Two fresh runs of ``conf=wn18rr_ind_v1 train.epochs=5`` (seeds 0 and 1, one torch thread each,
-side by side on two cores: about 7 minutes) must reach, in the mean of the two, each metric's
-threshold that the recorded runs set (``benchmarks/results/guard_power_guard_wn18rr_v1_e5.json``,
-written by ``benchmarks/guard_power.py``: seeds 0-5 of the same command on two kinds of CPU, an
-AMD EPYC and an Intel Xeon, whose float paths train different models from one seed, so their
-runs are draws of one spread).  The threshold is ``mean - 2.576 s_up / sqrt(2)``, s_up the upper
-90 % confidence bound of the runs' standard deviation: a correct commit passes each metric with
-probability >= 0.995 (both >= 0.99) even when the spread is as wide as s_up.  A true loss of
-0.03 fails it with probability 0.90 in test MRR (0.82 at s_up) and ~1 in test Hits@10 of 50
-under the paper's rule (the recorded 12 runs: MRR 0.725 +- 0.009, Hits@10_50 0.924 +- 0.005).
+Two fresh runs of ``conf=wn18rr_ind_v1 train.epochs=5`` (seeds 0 and 1, one torch thread each, side
+by side on two cores: about 7 minutes) must reach, in the mean of the two, each metric's threshold
+that the recorded runs set (``benchmarks/results/accuracy/guard_power_guard_wn18rr_v1_e5.json``,
+written by ``benchmarks/accuracy/guard_power.py``: seeds 0-5 of the same command on two kinds of
+CPU, an AMD EPYC and an Intel Xeon, whose float paths train different models from one seed, so their
+runs are draws of one spread).  The threshold is ``mean - 2.576 s_up / sqrt(2)``, s_up the upper 90
+% confidence bound of the runs' standard deviation: a correct commit passes each metric with
+probability >= 0.995 (both >= 0.99) even when the spread is as wide as s_up.  A true loss of 0.03
+fails it with probability 0.90 in test MRR (0.82 at s_up) and ~1 in test Hits@10 of 50 under the
+paper's rule (the recorded 12 runs: MRR 0.725 +- 0.009, Hits@10_50 0.924 +- 0.005).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import pytest
 
 from tests.helpers.paths import REPO_ROOT, require_shared_data
 
-RESULTS = REPO_ROOT / "benchmarks" / "results" / "guard_power_guard_wn18rr_v1_e5.json"
+RESULTS = REPO_ROOT / "benchmarks" / "results" / "accuracy" / "guard_power_guard_wn18rr_v1_e5.json"
 METRICS = ("mrr", "hits@10_50")
 SEEDS = (0, 1)
 Z = 2.576  # one-sided 0.995 per metric

@@ -20,9 +20,9 @@ followed by its documented output).  Each command is then, by what it is:
   configuration composed and validated, which fails on a key or value that does not exist;
   evaluation and prediction commands with a placeholder (``<run>``) likewise for their
   overrides;
-* **checked**: ``python benchmarks/X.py`` and ``bash benchmarks/X.sh``: the script exists and
-  every ``--option`` used is one it defines; ``python -m pytest PATH[::NAME]``: the test file
-  and function exist;
+* **checked**: ``python -m benchmarks.<suite>.<name>`` and ``python -m benchmarks <suite>``: the
+  script (or the suite) exists and every ``--option`` used is one it defines; ``python -m pytest
+  PATH[::NAME]``: the test file and function exist;
 * **left out**, with the reason recorded: installs, cluster and shell commands, downloads.
 
 The reference is the code itself: the CLIs, the schema, the scripts' own argument lists.
@@ -145,8 +145,6 @@ def classify(argv: list[str]) -> tuple[str, str]:
         if inner[:3] == ["python", "-m", "cmpnn_dist.train"]:
             return "compose", "the job's command"
         return "left_out", LEFT_OUT[argv[0]]
-    if argv[0] == "bash" and len(argv) > 1 and argv[1].startswith("benchmarks/"):
-        return "script", "a device script"
     if argv[0] != "python":
         return "left_out", f"{argv[0]}: a shell command"
     if argv[1:2] == ["-c"]:
@@ -155,7 +153,7 @@ def classify(argv: list[str]) -> tuple[str, str]:
         return "left_out", "an environment"
     if argv[1:3] == ["-m", "pytest"]:
         return "pytest", "the test suite itself"
-    if len(argv) > 1 and argv[1].startswith("benchmarks/"):
+    if argv[1:2] == ["-m"] and argv[2].split(".")[0] == "benchmarks":
         return "script", "a benchmark"
     if argv[1] != "-m" or not argv[2].startswith("cmpnn_dist."):
         return "left_out", "not a cmpnn_dist command"
@@ -362,7 +360,13 @@ def compose_check(argv: list[str]) -> None:
 
 
 def script_check(argv: list[str]) -> None:
-    path = REPO / next(a for a in argv if a.startswith("benchmarks/"))
+    module = argv[2]
+    if module == "benchmarks":  # the suites' runner
+        path = REPO / "benchmarks" / "__main__.py"
+        suite = next((a for a in argv[3:] if not a.startswith("-")), None)
+        assert suite is None or (REPO / "benchmarks" / suite / "__init__.py").is_file(), suite
+    else:
+        path = REPO / (module.replace(".", "/") + ".py")
     assert path.is_file(), path
     source = path.read_text()
     for option in (a.split("=")[0] for a in argv if a.startswith("--")):

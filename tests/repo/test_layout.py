@@ -1,8 +1,8 @@
 """The tests' layout (docs/testing.md, "Layout"): unit tests in folders that mirror the
 packages of ``cmpnn_dist/``, shared code in ``tests/helpers/`` and nowhere else, no edits of
-``sys.path``, and the benchmark scripts imported only by their own tests.  Each rule is an AST
-walk of every file under ``tests/`` (strings, such as the scripts a test starts, aside), and
-each is shown to catch a file that breaks it."""
+``sys.path``, and nothing imported from ``benchmarks/`` (the harness's own tests live with it, in
+``benchmarks/tests/``).  Each rule is an AST walk of every file under ``tests/`` (strings, such
+as the scripts a test starts, aside), and each is shown to catch a file that breaks it."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from pathlib import Path
 from tests.helpers.paths import REPO_ROOT
 
 TESTS = REPO_ROOT / "tests"
-TOP_FOLDERS = {"unit", "integration", "repo", "benchmarks", "helpers", "fixtures"}
-BENCHMARK_SCRIPTS = {p.stem for p in (REPO_ROOT / "benchmarks").glob("*.py")}
+TOP_FOLDERS = {"unit", "integration", "repo", "helpers", "fixtures"}
 
 
 def packages() -> set[str]:
@@ -51,14 +50,14 @@ def violations(path: Path, tests: Path = TESTS) -> list[str]:
     if rel.parts[0] == "fixtures":
         return out  # data written by other versions of the code and by upstream tools
     tree = ast.parse(path.read_text(), filename=str(path))
-    if edits_sys_path(tree) and rel != Path("benchmarks", "conftest.py"):
+    if edits_sys_path(tree):
         out.append(f"{rel}: edits sys.path (import tests.helpers.<name> instead)")
     for name in imported(tree):
         top = name.split(".")
         if top[0] == "tests" and len(top) > 1 and top[1] not in ("helpers",):
             out.append(f"{rel}: imports the test module {name} (share it through tests.helpers)")
-        if top[0] in BENCHMARK_SCRIPTS and rel.parts[0] != "benchmarks":
-            out.append(f"{rel}: imports the benchmark script {name}")
+        if top[0] == "benchmarks":
+            out.append(f"{rel}: imports {name} from benchmarks/ (the library or tests.helpers)")
     return out
 
 
@@ -79,10 +78,10 @@ def test_the_rules_catch_files_that_break_them(tmp_path):
         "unit/trainingz/test_a.py": "x = 1\n",
         "unit/model/test_b.py": "import sys\nsys.path.insert(0, 'tests')\n",
         "unit/model/test_c.py": "from tests.unit.ops.test_ops_reference import hub_graph\n",
-        "integration/test_d.py": "def f():\n    from paper_tables import TABLES\n",
+        "integration/test_d.py": "def f():\n    from benchmarks.accuracy.paper_tables import T\n",
         "loose/test_e.py": "x = 1\n",
         "unit/model/test_ok.py": "from tests.helpers import pruned\ns = 'sys.path.insert(0, x)'\n",
-        "benchmarks/test_ok.py": "import paper_tables\n",
+        "unit/model/test_f.py": "import benchmarks.harness.timing\n",
     }
     for rel, text in cases.items():
         (tests / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -91,6 +90,7 @@ def test_the_rules_catch_files_that_break_them(tmp_path):
     assert "mirrors no package" in found["unit/trainingz/test_a.py"][0]
     assert "edits sys.path" in found["unit/model/test_b.py"][0]
     assert "imports the test module" in found["unit/model/test_c.py"][0]
-    assert "imports the benchmark script paper_tables" in found["integration/test_d.py"][0]
+    assert "from benchmarks/" in found["integration/test_d.py"][0]
+    assert "from benchmarks/" in found["unit/model/test_f.py"][0]
     assert "tests live under" in found["loose/test_e.py"][0]
-    assert found["unit/model/test_ok.py"] == [] and found["benchmarks/test_ok.py"] == []
+    assert found["unit/model/test_ok.py"] == []

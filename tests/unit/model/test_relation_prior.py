@@ -216,8 +216,8 @@ def test_evaluation_caches_the_embedding_until_a_parameter_moves():
 
 
 def test_the_visited_answers_match_the_slow_reference():
-    """``answers_visited`` (the split of ``benchmarks/pruned_unvisited.py``): which answers a
-    pruned model visits, with the prior on."""
+    """``answers_visited`` (the split of ``benchmarks/studies/pruned_unvisited.py``): which
+    answers a pruned model visits, with the prior on."""
     from cmpnn_dist.model.pruned_visits import answers_visited
 
     g = graph(seed=2, num_nodes=30, num_facts=50)

@@ -30,7 +30,7 @@ from tests.helpers.host_sync import OpLog, host_syncs  # noqa: E402
 
 if not torch.cuda.is_available() and type(tl.zeros).__name__ != "InterpretedFunction":
     pytest.skip(
-        "triton was imported before TRITON_INTERPRET=1 was set; set it in tests/conftest.py",
+        "triton was imported before TRITON_INTERPRET=1 was set; set it in conftest.py",
         allow_module_level=True,
     )
 
