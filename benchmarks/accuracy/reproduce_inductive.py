@@ -37,7 +37,7 @@ from pathlib import Path
 from benchmarks.harness import archive
 from benchmarks.harness.args import make_parser
 from benchmarks.harness.provenance import child_command, command_line, git_commit
-from benchmarks.harness.results import results_dir
+from benchmarks.harness.results import results_dir, write_atomic
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = results_dir(__file__)
@@ -251,10 +251,7 @@ def rescore_committed(unlabelled_rule: str | None) -> dict:
 def write_results(result: dict) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     for suffix, text in ((".json", json.dumps(result, indent=2)), (".md", to_markdown(result))):
-        out = RESULTS / f"reproduce_inductive{suffix}"
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(out)
+        write_atomic(RESULTS / f"reproduce_inductive{suffix}", text)
     for preset, row in result["summary"].items():
         print(
             f"{preset}: test hits@10 (50 neg, {row['hits@10_50_rule']}) "

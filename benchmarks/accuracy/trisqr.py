@@ -22,7 +22,7 @@ import torch
 
 from benchmarks.harness.args import make_parser
 from benchmarks.harness.provenance import command_line
-from benchmarks.harness.results import results_dir
+from benchmarks.harness.results import results_dir, write_atomic
 from cmpnn_dist.config import ModelConfig, OpsConfig
 from cmpnn_dist.convert.synthetic import trisqr_graphs
 from cmpnn_dist.evaluation import sign_accuracy, triple_logits
@@ -130,10 +130,7 @@ def main() -> None:
         "runs": rows,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / "trisqr.json"
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=2))
-    tmp.replace(out)
+    write_atomic(RESULTS / "trisqr.json", json.dumps(result, indent=2))
     print(
         f"TRI-SQR test accuracy (median): global sum readout {summary['sum']:.3f}, "
         f"no readout {summary['none']:.3f} (paper: 1.000 / 0.500)"

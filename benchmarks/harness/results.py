@@ -25,9 +25,9 @@ def results_dir(script: str | Path) -> Path:
     return RESULTS / suite
 
 
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` (its folder made if missing) through a temporary name, so a
-    reader never sees half of it."""
+def write_atomic(path: str | Path, text: str | bytes) -> None:
+    """Write ``text`` (str or bytes) to ``path`` (its folder made if missing) through a
+    temporary name, so a reader never sees half of it."""
     _write_atomic(path, text)
 
 

@@ -46,9 +46,9 @@ set_openmp_defaults()  # OMP_WAIT_POLICY=PASSIVE before torch loads libgomp, as 
 import torch  # noqa: E402
 
 from benchmarks.harness.args import make_parser  # noqa: E402
+from benchmarks.harness.graphs import load_graph  # noqa: E402
 from benchmarks.harness.provenance import command_line, git_commit  # noqa: E402
 from benchmarks.harness.results import results_dir, write_atomic  # noqa: E402
-from benchmarks.ops.message_passing import load_graph  # noqa: E402
 from cmpnn_dist.graph import Graph  # noqa: E402
 from cmpnn_dist.ops import available_impls, cpu_build, propagate  # noqa: E402
 

@@ -18,10 +18,10 @@ from pathlib import Path
 import torch
 
 from benchmarks.harness.args import make_parser
+from benchmarks.harness.graphs import load_graph
 from benchmarks.harness.provenance import command_line
 from benchmarks.harness.results import results_dir, save_results
 from benchmarks.harness.timing import timed
-from benchmarks.ops.message_passing import load_graph
 
 HERE = Path(__file__).resolve().parent
 

@@ -26,7 +26,7 @@ import torch
 
 import cmpnn_dist.model.messages  # noqa: F401  (registers transe, rotate)
 from benchmarks.harness.args import make_parser
-from benchmarks.harness.results import results_dir
+from benchmarks.harness.results import results_dir, write_atomic
 from cmpnn_dist.graph import graph_from_triples
 from cmpnn_dist.ops import propagate
 
@@ -121,10 +121,7 @@ def main() -> None:
     ]
     args.out.mkdir(parents=True, exist_ok=True)
     for suffix, text in ((".json", json.dumps(payload, indent=2)), (".md", "\n".join(md) + "\n")):
-        path = args.out / f"message_functions_cpu{suffix}"
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
+        write_atomic(args.out / f"message_functions_cpu{suffix}", text)
     print(f"wrote {args.out}/message_functions_cpu.json and .md")
 
 

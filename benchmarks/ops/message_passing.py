@@ -29,10 +29,10 @@ import time
 from functools import cache, partial
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from benchmarks.harness.args import make_parser
+from benchmarks.harness.graphs import load_graph, small_graph
 from benchmarks.harness.provenance import command_line
 from benchmarks.harness.results import results_dir, save_results
 from benchmarks.harness.timing import RssPeak, timed
@@ -41,7 +41,6 @@ from cmpnn_dist.graph import Graph
 
 HERE = Path(__file__).resolve().parent
 
-N_NODES, N_REL = 93_773, 51
 CASES = [  # name, message kind, aggregators, dtype, implementations
     ("msg1_sum_fp32", "mul1", ("sum",), "float32",
      ["naive", "reference", "scatter", "fused", "sparse_floor"]),
@@ -51,33 +50,6 @@ CASES = [  # name, message kind, aggregators, dtype, implementations
     ("msg2_sum_fp32", "mul2", ("sum",), "float32", ["reference", "scatter", "fused"]),
     ("basis_sum_fp32", "basis", ("sum",), "float32", ["reference", "scatter", "fused"]),
 ]  # fmt: skip
-
-
-def small_graph() -> Graph:
-    """60 nodes, 400 random facts, one hub receiving 100 of them (``--small``)."""
-    from cmpnn_dist.graph import graph_from_triples
-
-    rng = np.random.default_rng(0)
-    h, r, t = (rng.integers(0, k, 400) for k in (60, 6, 60))
-    t[:100] = 0
-    return graph_from_triples(60, 6, np.unique(np.stack([h, r, t], 1), axis=0))
-
-
-def load_graph(cache: Path) -> Graph:
-    """The biokg-scale graph (generated once, cached as .npz)."""
-    if cache.exists():
-        z = np.load(cache)
-        arrays = [torch.from_numpy(z[k].astype(np.int64)) for k in ("indptr", "src", "rel")]
-        return Graph(N_NODES, 2 * N_REL, *arrays)
-    from cmpnn_dist.convert.synthetic.biokg_scale import generate
-    from cmpnn_dist.graph import build_csr
-
-    facts = generate({})["facts"]["train"]
-    indptr, src, rel = build_csr(N_NODES, N_REL, facts)
-    tmp = cache.with_suffix(".tmp.npz")
-    np.savez(tmp, indptr=indptr, src=src.astype(np.int32), rel=rel.astype(np.int16))
-    os.replace(tmp, cache)
-    return Graph(N_NODES, 2 * N_REL, *(torch.from_numpy(a) for a in (indptr, src, rel)))
 
 
 def make_inputs(kind: str, graph: Graph, b: int, d: int, dtype: torch.dtype, dev: str):

@@ -25,8 +25,9 @@ from pathlib import Path
 import torch
 
 from benchmarks.harness.args import make_parser
+from benchmarks.harness.graphs import load_graph
 from benchmarks.harness.results import results_dir, save_results
-from benchmarks.ops.message_passing import load_graph, make_inputs
+from benchmarks.ops.message_passing import make_inputs
 
 HERE = Path(__file__).resolve().parent
 

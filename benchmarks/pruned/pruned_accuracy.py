@@ -29,7 +29,6 @@ import fcntl
 import json
 import os
 import shlex
-import shutil
 import statistics
 import subprocess
 import sys
@@ -83,9 +82,7 @@ def keep_ranks(entry: dict, storage: str, out: Path) -> None:
     row again, and name the file in the entry."""
     src = Path(storage) / "runs" / entry["run_name"] / "ranks_test_all.parquet"
     dst = out / RANKS_DIR / f"{entry['run_name']}.parquet"
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(src, dst.with_suffix(".tmp"))
-    dst.with_suffix(".tmp").replace(dst)
+    write_atomic(dst, src.read_bytes())
     entry["ranks"] = f"{RANKS_DIR}/{dst.name}"
     archive.pack(dst.parent)  # the archive git keeps: pruned_accuracy_ranks.tar.gz
 

@@ -55,7 +55,7 @@ from benchmarks.harness.provenance import (
     module_argv,
     ops_paths,
 )
-from benchmarks.harness.results import results_dir
+from benchmarks.harness.results import results_dir, write_atomic
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = results_dir(__file__)
@@ -324,10 +324,7 @@ def write_results(args: argparse.Namespace, runs: list[dict], skip: str, commit:
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     for ext, text in (("json", json.dumps(result, indent=1)), ("md", markdown(result))):
-        out = RESULTS / f"{args.out}.{ext}"
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(out)
+        write_atomic(RESULTS / f"{args.out}.{ext}", text)
     print(markdown(result))
 
 

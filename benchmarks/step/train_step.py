@@ -35,10 +35,10 @@ import numpy as np
 import torch
 
 from benchmarks.harness.args import make_parser
+from benchmarks.harness.graphs import N_REL, load_graph
 from benchmarks.harness.provenance import command_line
 from benchmarks.harness.results import results_dir, save_results
 from benchmarks.harness.timing import RssPeak
-from benchmarks.ops.message_passing import N_REL, load_graph
 from benchmarks.ops.profile_fused import kernel_table
 from cmpnn_dist.config import ModelConfig, OpsConfig
 from cmpnn_dist.graph import Graph, graph_from_triples

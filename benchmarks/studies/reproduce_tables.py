@@ -37,7 +37,7 @@ from typing import Any
 
 from benchmarks.harness.args import make_parser
 from benchmarks.harness.provenance import command_line
-from benchmarks.harness.results import results_dir
+from benchmarks.harness.results import results_dir, write_atomic
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = results_dir(__file__)
@@ -245,9 +245,7 @@ def write(reduced: list[dict], full: list[dict], epochs: int, times: dict) -> No
            "preset_times": times["meta"], "extra_preset_times": times["extra"]}  # fmt: skip
     for path, text in (("reproduce_tables_cpu.md", "\n".join(md) + "\n"),
                        ("reproduce_tables_cpu.json", json.dumps(out, indent=1))):  # fmt: skip
-        tmp = RESULTS / f".{path}.tmp"
-        tmp.write_text(text)
-        os.replace(tmp, RESULTS / path)
+        write_atomic(RESULTS / path, text)
     print("\n".join(md))
 
 
