@@ -33,6 +33,7 @@ from pathlib import Path
 from benchmarks.harness.args import make_parser
 from benchmarks.harness.provenance import REPO, command_line, git_commit, module_argv
 from benchmarks.harness.results import results_dir, write_atomic
+from benchmarks.harness.timing import interleaved
 
 RESULTS = results_dir(__file__)
 MODES = ("none", "full", "stamp_hit", "stamp_miss")
@@ -106,16 +107,22 @@ def main() -> None:
 
     load_before = os.getloadavg()
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    rows: dict[str, list[dict]] = {m: [] for m in MODES}
-    for r in range(args.rounds):
-        order = MODES[r % len(MODES) :] + MODES[: r % len(MODES)]  # rotate who goes first
-        for mode in order:
+
+    def case(mode: str):
+        def run() -> dict:
             if mode == "stamp_miss":
                 stamp.unlink(missing_ok=True)
             else:
                 shutil.copyfile(saved, stamp)
-            rows[mode].append(run_child(path, mode))
+            return run_child(path, mode)
+
+        return run
+
+    def progress(r: int, _: dict) -> None:
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+
+    # rounds of every mode once, who goes first rotating from round to round
+    rows = interleaved({m: case(m) for m in MODES}, args.rounds, progress=progress)
     shutil.copyfile(saved, stamp)
     saved.unlink()
     load_after = os.getloadavg()
