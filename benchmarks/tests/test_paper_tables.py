@@ -154,7 +154,8 @@ def test_table_renders_the_archived_readout_cell(tmp_path):
         else:
             row = f"| {paper[readout, split]} | {ours} | 0 (planned 0, 1, 2) | the paper's |"
         assert f"| {readout} | {split} {row} paper |" in text
-    assert doc["reproduced"] == 2 and doc["paper_cells"] == 24
+    own = [c for c in finished if not c.startswith("readout_code_v1/")]  # variants not counted
+    assert doc["reproduced"] == len(own) >= 3 and doc["paper_cells"] == 24
     assert "| sum | fb237_ind_v1 | 0.799 | not run | not run | (planned 0, 1, 2) |" in text
     assert "- command: `python -m benchmarks.accuracy.paper_inductive run --table readout" in text
     assert "- commit: " in text and "- machine: " in text and "load: " in text
