@@ -18,7 +18,7 @@ TARGETS = [
     Target("guard_power", "the CI accuracy guard's power from a sweep of seeds",
            ("--storage", "STORE", "--sweep", "guard_wn18rr_v1_e5")),
     Target("accuracy_commits", "one preset's accuracy at two commits, Welch's t",
-           ("--commits", "main", "HEAD", "--preset", "fb237_ind_v1")),
+           ("--commits", "main", "HEAD", "--preset", "fb237_ind_v1", "--storage", "STORE")),
     Target("trisqr", "TRI-SQR: the global readout against none"),
     Target("paper_inductive_card", "the sweeps' cells unpacked here after a card trained them",
            ("unpack", "--storage", "STORE", "PARTS")),

@@ -12,8 +12,16 @@ from benchmarks.harness.suites import Target
 TARGETS = [
     Target("thread_invariance", "which ops of a step differ between 1 and 2 threads"),
     Target("seed_determinism", "the thread-invariant step's cost against a checkout before it"),
-    Target("pruned_gap", "Hits@10_50 within and beyond the heads' 6-hop horizon"),
-    Target("pruned_unvisited", "which test answers a pruned run visits"),
+    Target(
+        "pruned_gap",
+        "Hits@10_50 within and beyond the heads' 6-hop horizon",
+        ("--dataset", "DATASET", "--runs", "RUN"),
+    ),
+    Target(
+        "pruned_unvisited",
+        "which test answers a pruned run visits",
+        ("--runs", "RUN", "--storage", "STORE"),
+    ),
     Target("pruned_test_budget", "pruned-trained checkpoints at wider test budgets"),
     Target("pruned_biokg_rules", "pruned beside dense on a rule-planted biokg-shaped graph"),
     Target("reproduce_tables", "the INIT / readout / transductive tables at one epoch"),
