@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import tarfile
+import time
 
 import pytest
 
@@ -45,3 +46,24 @@ def test_every_plan_names_benchmarks_that_exist(tmp_path):
             if step.argv[1:3] == ("-m", "pytest"):
                 continue
             importlib.import_module(step.argv[2])  # the module a step runs
+
+
+def test_a_step_that_reads_the_graph_waits_for_its_build(tmp_path):
+    import subprocess
+
+    call = Call(tmp_path / "work", tmp_path / "out", budget=60)
+    cache = tmp_path / "graph.npz"
+    build = f"import time, pathlib; time.sleep(2); pathlib.Path({str(cache)!r}).write_text('g')"
+    call.builder = subprocess.Popen([sys.executable, "-c", build])
+    reads = f"import pathlib, sys; sys.exit(0 if pathlib.Path({str(cache)!r}).is_file() else 3)"
+    assert call.run(Step("layer", py(reads), 20, "layer.log", graph=True), {}) == 0
+    assert "graph cache built (rc=0)" in (tmp_path / "out" / "summary.txt").read_text()
+    slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    call.builder = slow
+    call.end = time.monotonic() + 18  # 3 s left before the packing's 15
+    try:
+        assert call.run(Step("late", py("pass"), 20, "late.log", graph=True), {}) == 0
+        assert "still building" in (tmp_path / "out" / "summary.txt").read_text()
+    finally:
+        slow.kill()
+        slow.wait()
