@@ -19,6 +19,8 @@ import shutil
 import tarfile
 from pathlib import Path
 
+from cmpnn_dist.storage.atomic import write_atomic
+
 STAMP = ".unpacked_from"  # in the folder: the sha256 of the archive it was unpacked from
 
 
@@ -63,9 +65,6 @@ def pack(path: Path) -> Path:
             with f.open("rb") as fh:
                 tar.addfile(info, fh)
     tgz = archive_of(path)
-    tmp = tgz.with_name(f".{tgz.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
-        gz.write(buf.getvalue())
-    os.replace(tmp, tgz)
+    write_atomic(tgz, gzip.compress(buf.getvalue(), mtime=0))
     (path / STAMP).write_text(_digest(tgz))
     return tgz

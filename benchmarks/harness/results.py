@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cmpnn_dist.storage.atomic import write_atomic as _write_atomic
+from cmpnn_dist.storage.atomic import write_atomic  # re-exported: the suites' one atomic write
 
 BENCHMARKS = Path(__file__).resolve().parents[1]
 RESULTS = BENCHMARKS / "results"
@@ -23,12 +23,6 @@ def results_dir(script: str | Path) -> Path:
     path = Path(script)
     suite = path.resolve().parent.name if path.suffix == ".py" else str(script)
     return RESULTS / suite
-
-
-def write_atomic(path: str | Path, text: str | bytes) -> None:
-    """Write ``text`` (str or bytes) to ``path`` (its folder made if missing) through a
-    temporary name, so a reader never sees half of it."""
-    _write_atomic(path, text)
 
 
 def save_results(out: str | Path, stem: str, result: dict, markdown: str | None = None) -> None:

@@ -14,9 +14,7 @@ anyway.
 from __future__ import annotations
 
 import importlib
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 SUITES = (
     "ops", "step", "pruned", "accuracy", "serving", "storage", "cluster", "wl", "house", "device",
@@ -70,7 +68,8 @@ def missing(target: Target, quick: bool = False) -> str | None:
             if peer_python() is None:
                 return "needs NBFNet-PyG's virtual environment (../shared/peers/nbfnet-pyg/)"
         elif need == "shared-data":
-            shared = Path(os.environ.get("CMPNN_SHARED_DIR") or Path.cwd().parent / "shared")
-            if not (shared / "data").is_dir():
-                return f"needs {shared / 'data'}"
+            from benchmarks.harness.peer import DATA
+
+            if not DATA.is_dir():
+                return f"needs {DATA}"
     return None

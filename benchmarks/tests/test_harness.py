@@ -85,3 +85,21 @@ def test_no_benchmark_edits_sys_path():
 def test_an_unknown_suite_is_named():
     with pytest.raises(KeyError, match="no suite 'opz'"):
         suites.targets("opz")
+
+
+def test_an_archive_packs_to_the_same_bytes_and_unpacks_to_the_same_files(tmp_path):
+    from benchmarks.harness import archive
+
+    cells = tmp_path / "a" / "cells"
+    (cells / "s" / "c").mkdir(parents=True)
+    (cells / "s" / "c" / "results.json").write_text('{"mrr": 0.5}')
+    first = archive.pack(cells).read_bytes()
+    other = tmp_path / "b" / "cells"
+    (other / "s" / "c").mkdir(parents=True)
+    (other / "s" / "c" / "results.json").write_text('{"mrr": 0.5}')
+    assert archive.pack(other).read_bytes() == first  # no names, times or owners inside
+    import shutil
+
+    shutil.rmtree(other)
+    assert archive.folder(other) == other
+    assert (other / "s" / "c" / "results.json").read_text() == '{"mrr": 0.5}'
